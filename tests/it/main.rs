@@ -1,0 +1,3 @@
+//! Integration tests: drive the built `zklock` binary against real ZooKeeper servers.
+
+mod harness;
