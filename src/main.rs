@@ -1,3 +1,60 @@
-fn main() {
-    println!("Hello, world!");
+//! zklock: run a command while holding a distributed lock in ZooKeeper.
+
+mod app;
+mod child;
+mod cli;
+mod exit;
+mod holder;
+mod lease;
+mod recipe;
+mod signals;
+mod zk;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind as ClapErrorKind;
+
+use crate::exit::Exit;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(err),
+    };
+    match app::run(cli) {
+        Ok(exit) => exit.into(),
+        Err(err) => {
+            eprintln!("zklock: {err:#}");
+            Exit::for_error(&err).into()
+        }
+    }
+}
+
+/// `--help` and `--version` print as clap renders them and succeed; any
+/// other command-line problem is one line on stderr and exit 64.
+fn usage_error(err: clap::Error) -> ExitCode {
+    match err.kind() {
+        ClapErrorKind::DisplayHelp | ClapErrorKind::DisplayVersion => {
+            let _ = err.print();
+            ExitCode::SUCCESS
+        }
+        ClapErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            Exit::Usage.into()
+        }
+        _ => {
+            eprintln!("zklock: {}", one_line(&err.render().to_string()));
+            Exit::Usage.into()
+        }
+    }
+}
+
+/// clap's first paragraph (the error itself, without usage and tips),
+/// folded onto one line.
+fn one_line(rendered: &str) -> String {
+    let first = rendered.split("\n\n").next().unwrap_or(rendered);
+    let text = first.strip_prefix("error: ").unwrap_or(first);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    format!("{}; see 'zklock run --help'", words.join(" "))
 }

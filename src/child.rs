@@ -1,0 +1,267 @@
+//! The command: spawning it in its own process group, handing it the
+//! terminal, forwarding signals to its group and reaping it.
+
+use std::ffi::{OsStr, OsString};
+use std::future::Future;
+use std::io;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::pin::Pin;
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use anyhow::Result;
+use tokio::time::{Instant, sleep_until};
+
+use crate::exit::{ErrorKind, Exit, Failure};
+use crate::signals::{Signals, is_terminating};
+
+/// How often to look for stragglers in the command's process group after the
+/// command itself exited; there is no event for "the group is empty".
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// What to run: `-c STRING` becomes `$SHELL -c STRING` (or `/bin/sh`).
+pub fn command_line(shell: Option<&OsStr>, argv: &[OsString]) -> Vec<OsString> {
+    match shell {
+        Some(script) => {
+            let sh = std::env::var_os("SHELL")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "/bin/sh".into());
+            vec![sh, "-c".into(), script.to_owned()]
+        }
+        None => argv.to_vec(),
+    }
+}
+
+/// Blocks SIGTTOU and SIGTTIN in the calling thread, so zklock can take the
+/// terminal back (tcsetpgrp) and write to it from the background. Call it in
+/// the main thread before any other thread exists: threads inherit the mask.
+pub fn block_terminal_stops() {
+    // SAFETY: sigset_t is plain data initialized by sigemptyset before use;
+    // pthread_sigmask only changes this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::sigaddset(&mut set, libc::SIGTTIN);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The terminal whose foreground zklock holds, if any: that is where an
+/// interactive command must be able to read and where Ctrl-C comes from.
+fn foreground_terminal() -> Option<libc::c_int> {
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read process state.
+    (0..=2).find(|&fd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() })
+}
+
+/// A running command and its process group (whose id is the command's pid).
+pub struct Child {
+    process: std::process::Child,
+    pgid: libc::pid_t,
+    status: Option<ExitStatus>,
+    terminal: Option<libc::c_int>,
+}
+
+impl Child {
+    /// Starts the command in a new process group with a clean signal state.
+    /// Exec failures map to 127 (not found) and 126 (not executable).
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| Failure::usage("no command given"))?;
+        let terminal = foreground_terminal();
+        // SAFETY: getpid has no preconditions.
+        let zklock_pid = unsafe { libc::getpid() };
+        let mut command = Command::new(program);
+        command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        // SAFETY: the closure runs between fork and exec in the child and
+        // calls only async-signal-safe functions (sigaction, sigprocmask,
+        // setpgid, tcsetpgrp, prctl, getppid) on stack data.
+        unsafe {
+            command.pre_exec(move || prepare_child(zklock_pid, terminal));
+        }
+        let process = command.spawn().map_err(|err| spawn_error(program, err))?;
+        let pgid = process.id() as libc::pid_t;
+        if let Some(fd) = terminal {
+            // The child did this too; repeating it closes the race with our
+            // own later tcsetpgrp, as shells do.
+            // SAFETY: plain syscall on a descriptor we checked is a terminal.
+            unsafe { libc::tcsetpgrp(fd, pgid) };
+        }
+        Ok(Child {
+            process,
+            pgid,
+            status: None,
+            terminal,
+        })
+    }
+
+    /// Sends `signal` to the whole group; no-op once the group is gone (a
+    /// process group id cannot be reused while any member is alive).
+    fn signal_group(&self, signal: i32) {
+        if self.group_alive() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(-self.pgid, signal) };
+        }
+    }
+
+    fn group_alive(&self) -> bool {
+        // SAFETY: signal 0 only checks for existence.
+        let rc = unsafe { libc::kill(-self.pgid, 0) };
+        rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+
+    /// Reaps our own child (never waitpid(-1), which could steal the status
+    /// of a process someone else started).
+    fn reap(&mut self) {
+        if self.status.is_none() {
+            if let Ok(Some(status)) = self.process.try_wait() {
+                self.status = Some(status);
+                self.take_back_terminal();
+            }
+        }
+    }
+
+    fn take_back_terminal(&mut self) {
+        if let Some(fd) = self.terminal.take() {
+            // SAFETY: SIGTTOU is blocked (block_terminal_stops), so a
+            // background tcsetpgrp succeeds instead of stopping us.
+            unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
+        }
+    }
+}
+
+/// Everything the command must not inherit from zklock: its signal handlers
+/// and ignored signals (exec keeps SIG_IGN; Rust ignores SIGPIPE), its blocked
+/// signals, its process group and its terminal foreground.
+fn prepare_child(zklock_pid: libc::pid_t, terminal: Option<libc::c_int>) -> io::Result<()> {
+    // SAFETY: async-signal-safe syscalls on zero-initialized plain data.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        for signal in 1..libc::SIGRTMAX() {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                // Fails harmlessly for the few numbers libc reserves.
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        if libc::setpgid(0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if let Some(fd) = terminal {
+            // SIGTTOU is still blocked (inherited mask), so this succeeds
+            // even though our new group is not the foreground yet.
+            libc::tcsetpgrp(fd, libc::getpid());
+        }
+        // If zklock dies (even by SIGKILL), the command must not run on
+        // without the lock. This fires when the forking thread exits: zklock
+        // forks from its main thread, which lives as long as zklock.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != zklock_pid {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+    Ok(())
+}
+
+fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
+    let kind = match err.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR) => ErrorKind::NotFound,
+        _ => ErrorKind::NotExecutable,
+    };
+    anyhow::Error::new(err).context(Failure::new(
+        kind,
+        format!("cannot run {}", program.to_string_lossy()),
+    ))
+}
+
+/// Why the lock was lost (shown to the user).
+pub type LossReason = String;
+
+/// Supervises the command until it and its whole process group are gone.
+///
+/// Signal policy, implemented here and nowhere else:
+///
+/// * INT, TERM, HUP, QUIT, USR1, USR2 and WINCH sent to zklock are forwarded
+///   to the command's process group, so the command's own children get them
+///   too. Synchronous signals (SEGV, BUS, FPE, ILL, ...) concern zklock itself
+///   and are never forwarded.
+/// * At a terminal the command's group is the foreground group: Ctrl-C,
+///   Ctrl-\ and window changes reach it from the kernel, once, and zklock,
+///   no longer in the foreground, does not see them (no double delivery).
+/// * A terminating signal (INT, TERM, HUP, QUIT) starts the `--kill-after`
+///   timer; when it fires, or when a second terminating signal arrives, the
+///   group gets SIGKILL.
+/// * Losing the lock sends TERM to the group and starts the same timer.
+/// * SIGCHLD: only our own child is reaped. After it exits, zklock keeps
+///   forwarding and waits until the group is empty: the lock covers every
+///   process the command left behind, as flock(1) covers every holder of its
+///   descriptor.
+/// * The group is never signalled once it is empty.
+///
+/// Returns the command's status, or [`Exit::LockLost`] if the lock was lost.
+pub async fn supervise(
+    mut child: Child,
+    signals: &mut Signals,
+    mut lost: Pin<&mut dyn Future<Output = LossReason>>,
+    kill_after: Duration,
+    on_loss: &mut dyn FnMut(&str),
+) -> Exit {
+    let mut kill_at: Option<Instant> = None;
+    let mut lock_lost = false;
+    let mut group_check: Option<Instant> = None;
+    let far_future = || Instant::now() + Duration::from_secs(86400 * 365);
+    loop {
+        if child.status.is_some() {
+            if !child.group_alive() {
+                break;
+            }
+            group_check = Some(Instant::now() + GROUP_POLL);
+        }
+        tokio::select! {
+            signal = signals.recv() => {
+                if signal == libc::SIGCHLD {
+                    child.reap();
+                    continue;
+                }
+                if is_terminating(signal) {
+                    if kill_at.is_some() {
+                        child.signal_group(libc::SIGKILL);
+                    } else {
+                        kill_at = Some(Instant::now() + kill_after);
+                    }
+                }
+                child.signal_group(signal);
+            }
+            reason = &mut lost, if !lock_lost => {
+                lock_lost = true;
+                on_loss(&reason);
+                child.signal_group(libc::SIGTERM);
+                kill_at.get_or_insert(Instant::now() + kill_after);
+            }
+            () = sleep_until(kill_at.unwrap_or_else(far_future)), if kill_at.is_some() => {
+                child.signal_group(libc::SIGKILL);
+                kill_at = None;
+            }
+            () = sleep_until(group_check.unwrap_or_else(far_future)), if group_check.is_some() => {
+                group_check = None;
+                child.reap();
+            }
+        }
+    }
+    let status = child
+        .status
+        .expect("loop ends only after the child was reaped");
+    if lock_lost {
+        Exit::LockLost
+    } else if let Some(signal) = status.signal() {
+        Exit::Signal(signal)
+    } else {
+        Exit::Command(status.code().unwrap_or(0) as u8)
+    }
+}

@@ -1,0 +1,194 @@
+//! The exit status contract (DESIGN.md section 6), in one type.
+//!
+//! Expected outcomes (the command's status, a lock that could not be taken)
+//! are values of [`Exit`]; failures are `anyhow` errors, and a [`Failure`]
+//! anywhere in their chain decides their exit status ([`Exit::for_error`]).
+
+use std::process::ExitCode;
+
+/// How `zklock` ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The command ran and exited with this status.
+    Command(u8),
+    /// The command died of this signal, or zklock was interrupted by it before
+    /// the command ran.
+    Signal(i32),
+    /// The lock was not acquired in time; the code comes from `-E`.
+    Conflict(u8),
+    /// The lock was lost while the command ran; the command was terminated.
+    LockLost,
+    /// The ensemble could not be reached within `--connect-timeout`.
+    Unavailable,
+    /// Authentication failed, or the lock path's ACL denies access.
+    NoPermission,
+    /// Bad command line.
+    Usage,
+    /// Any other ZooKeeper or internal error.
+    Software,
+    /// The command was found but could not be executed.
+    NotExecutable,
+    /// The command was not found.
+    NotFound,
+}
+
+/// The documented default of `-E/--conflict-exit-code` (EX_TEMPFAIL).
+pub const CONFLICT_DEFAULT: u8 = 75;
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Command(code) | Exit::Conflict(code) => code,
+            // Signal numbers on Linux are 1..=64, so this cannot overflow u8.
+            Exit::Signal(signal) => 128u8.saturating_add(signal.clamp(0, 127) as u8),
+            Exit::LockLost => 76,
+            Exit::Unavailable => 69,
+            Exit::NoPermission => 77,
+            Exit::Usage => 64,
+            Exit::Software => 70,
+            Exit::NotExecutable => 126,
+            Exit::NotFound => 127,
+        }
+    }
+
+    /// The exit status for a failure: a [`Failure`] in the chain decides;
+    /// ZooKeeper's own auth errors mean 77; anything else is 70.
+    pub fn for_error(err: &anyhow::Error) -> Exit {
+        // anyhow's downcast_ref looks through every layer of context.
+        if let Some(failure) = err.downcast_ref::<Failure>() {
+            return failure.kind.exit();
+        }
+        match err.downcast_ref::<zookeeper_client::Error>() {
+            Some(zookeeper_client::Error::NoAuth | zookeeper_client::Error::AuthFailed) => {
+                Exit::NoPermission
+            }
+            _ => Exit::Software,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit.code())
+    }
+}
+
+/// A failure class with its own exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    Usage,
+    Unavailable,
+    NoPermission,
+    NotExecutable,
+    NotFound,
+}
+
+impl ErrorKind {
+    fn exit(self) -> Exit {
+        match self {
+            ErrorKind::Usage => Exit::Usage,
+            ErrorKind::Unavailable => Exit::Unavailable,
+            ErrorKind::NoPermission => Exit::NoPermission,
+            ErrorKind::NotExecutable => Exit::NotExecutable,
+            ErrorKind::NotFound => Exit::NotFound,
+        }
+    }
+}
+
+/// An error message with the class that decides the exit status; use it as
+/// the error itself or as context on a lower-level error.
+#[derive(Debug)]
+pub struct Failure {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Failure {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Failure {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn usage(message: impl Into<String>) -> anyhow::Error {
+        Failure::new(ErrorKind::Usage, message).into()
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The exit-code table shown by `--help`; kept next to the type so the two
+/// cannot drift apart unnoticed (a unit test checks every code appears).
+pub const EXIT_CODE_HELP: &str = "\
+Exit status:
+  <command's>  the command ran and exited with that status
+  128+N        the command died of signal N, or zklock was interrupted by
+               signal N before it ran the command
+  75           lock not acquired: --timeout expired or --no-wait found it held
+               (-E/--conflict-exit-code changes it)
+  76           lock lost while the command ran; the command was terminated
+  69           cannot reach the ensemble or establish a session within
+               --connect-timeout
+  77           authentication failed or the lock path's ACL denies access
+  64           usage error (bad path, duration, missing command, ...)
+  70           any other ZooKeeper or internal error
+  126 / 127    command not executable / not found";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn codes_match_the_contract() {
+        assert_eq!(Exit::Command(0).code(), 0);
+        assert_eq!(Exit::Command(42).code(), 42);
+        assert_eq!(Exit::Signal(libc::SIGTERM).code(), 143);
+        assert_eq!(Exit::Signal(libc::SIGINT).code(), 130);
+        assert_eq!(Exit::Conflict(CONFLICT_DEFAULT).code(), 75);
+        assert_eq!(Exit::Conflict(0).code(), 0);
+        assert_eq!(Exit::LockLost.code(), 76);
+        assert_eq!(Exit::Unavailable.code(), 69);
+        assert_eq!(Exit::NoPermission.code(), 77);
+        assert_eq!(Exit::Usage.code(), 64);
+        assert_eq!(Exit::Software.code(), 70);
+        assert_eq!(Exit::NotExecutable.code(), 126);
+        assert_eq!(Exit::NotFound.code(), 127);
+    }
+
+    #[test]
+    fn errors_map_through_their_chain() {
+        let usage = Failure::usage("bad path");
+        assert_eq!(Exit::for_error(&usage), Exit::Usage);
+        assert_eq!(format!("{usage:#}"), "bad path");
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let not_found = Err::<(), _>(io)
+            .context(Failure::new(ErrorKind::NotFound, "cannot run x"))
+            .unwrap_err();
+        let outer = not_found.context("while starting");
+        assert_eq!(Exit::for_error(&outer), Exit::NotFound);
+        assert!(format!("{outer:#}").starts_with("while starting: cannot run x: No such file"));
+        let unavailable = anyhow::Error::new(Failure::new(ErrorKind::Unavailable, "no session"))
+            .context("connecting");
+        assert_eq!(Exit::for_error(&unavailable), Exit::Unavailable);
+        let denied = anyhow::Error::new(zookeeper_client::Error::NoAuth).context("creating node");
+        assert_eq!(Exit::for_error(&denied), Exit::NoPermission);
+        let other = anyhow::Error::new(zookeeper_client::Error::BadVersion);
+        assert_eq!(Exit::for_error(&other), Exit::Software);
+        assert_eq!(Exit::for_error(&anyhow::anyhow!("boom")), Exit::Software);
+    }
+
+    #[test]
+    fn help_table_lists_every_fixed_code() {
+        for code in ["128+N", "75", "76", "69", "77", "64", "70", "126", "127"] {
+            assert!(EXIT_CODE_HELP.contains(code), "{code} missing from help");
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Deciding that a held lock is lost (DESIGN.md section 4).
+//!
+//! Timeline of a disconnection while holding, with T the granted session
+//! timeout, C the connection timeout and K `--kill-after`:
+//!
+//! ```text
+//!  last reply   disconnection noticed       lease deadline: TERM   KILL   earliest expiry
+//!      |<-- at most C -->|                        |<----- K ----->|<-m->|
+//!      |<---------------------------------- T ------------------------->|
+//! ```
+//!
+//! The library notices a silent server only after C without a reply, so the
+//! last reply is at least C before the notice. The ensemble can expire the
+//! session T after it last heard from us, and then another waiter takes the
+//! lock. So the command must be dead by then: TERM at the deadline, KILL K
+//! later, with a margin m for timer granularity and reaping.
+
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+use zookeeper_client as zk;
+
+use crate::child::LossReason;
+use crate::zk::{is_connection_loss, is_session_lost};
+
+/// What a disconnection means while holding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnDisconnect {
+    /// Keep running while the session can still be recovered (until the
+    /// lease deadline).
+    Lease,
+    /// Treat any disconnection as losing the lock.
+    Kill,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct LeasePolicy {
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+    pub kill_after: Duration,
+    pub on_disconnect: OnDisconnect,
+}
+
+impl LeasePolicy {
+    fn margin(&self) -> Duration {
+        self.connection_timeout / 4 + Duration::from_millis(100)
+    }
+
+    /// How long after a disconnection is noticed the command may keep
+    /// running while the same session tries to come back.
+    pub fn grace(&self) -> Duration {
+        match self.on_disconnect {
+            OnDisconnect::Kill => Duration::ZERO,
+            OnDisconnect::Lease => self
+                .session_timeout
+                .saturating_sub(self.connection_timeout + self.kill_after + self.margin()),
+        }
+    }
+
+    /// Refuses settings under which the command could outlive the session:
+    /// `--kill-after` must fit between a noticed disconnection and the
+    /// earliest expiry, leaving (in lease mode) one connection timeout to
+    /// reconnect in.
+    pub fn check(&self) -> Result<(), String> {
+        let needed = match self.on_disconnect {
+            OnDisconnect::Kill => Duration::ZERO,
+            OnDisconnect::Lease => self.connection_timeout,
+        };
+        let budget = self
+            .session_timeout
+            .saturating_sub(self.connection_timeout + self.margin() + needed);
+        if self.kill_after < budget {
+            return Ok(());
+        }
+        let fmt = |d: Duration| {
+            humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+        };
+        Err(format!(
+            "--kill-after {} leaves no room in a {} session: a lost lock could not be \
+             given up before the session expires; use --kill-after below {} or a longer \
+             --session-timeout",
+            fmt(self.kill_after),
+            fmt(self.session_timeout),
+            fmt(budget),
+        ))
+    }
+}
+
+/// Resolves when the lock held through `node` is lost; never resolves while
+/// it is held. Losing it means: the session expired, was closed or failed
+/// authentication; our node was deleted or belongs to someone else; or the
+/// connection stayed down past the lease deadline.
+pub async fn lost(client: &zk::Client, node: &str, policy: LeasePolicy) -> LossReason {
+    let mut states = client.state_watcher();
+    let mut deadline = None;
+    if states.peek_state() == zk::SessionState::Disconnected {
+        deadline = Some(Instant::now() + policy.grace());
+    }
+    let mut node_check = Box::pin(node_lost(client, node));
+    loop {
+        tokio::select! {
+            reason = &mut node_check => return reason,
+            state = states.changed() => match state {
+                zk::SessionState::SyncConnected => {
+                    deadline = None;
+                    // Check that our node survived the disconnection.
+                    node_check = Box::pin(node_lost(client, node));
+                }
+                zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
+                    if policy.on_disconnect == OnDisconnect::Kill {
+                        return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
+                    }
+                    deadline.get_or_insert(Instant::now() + policy.grace());
+                }
+                zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
+                zk::SessionState::Closed => return "the ZooKeeper session was closed".into(),
+                zk::SessionState::AuthFailed => return "ZooKeeper authentication failed".into(),
+            },
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                return "disconnected from ZooKeeper past the lease deadline (the session may expire)".into();
+            }
+        }
+    }
+}
+
+/// Watches our node with a data watch: resolves when it is deleted or is
+/// found owned by another session.
+async fn node_lost(client: &zk::Client, node: &str) -> LossReason {
+    loop {
+        match client.get_and_watch_data(node).await {
+            Ok((_, stat, watcher)) => {
+                if stat.ephemeral_owner != client.session_id().0 {
+                    return format!("{node} now belongs to another session");
+                }
+                let event = watcher.changed().await;
+                match event.event_type {
+                    zk::EventType::NodeDeleted => return format!("{node} was deleted"),
+                    zk::EventType::Session if event.session_state.is_terminated() => {
+                        return format!("the ZooKeeper session ended ({})", event.session_state);
+                    }
+                    _ => {}
+                }
+            }
+            Err(zk::Error::NoNode) => return format!("{node} was deleted"),
+            Err(err) if is_connection_loss(&err) => {}
+            Err(err) if is_session_lost(&err) => return "the ZooKeeper session expired".into(),
+            Err(err) => return format!("cannot watch {node}: {err}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(t: u64, k: u64, mode: OnDisconnect) -> LeasePolicy {
+        let session_timeout = Duration::from_secs(t);
+        LeasePolicy {
+            session_timeout,
+            connection_timeout: crate::zk::connection_timeout_for(session_timeout),
+            kill_after: Duration::from_secs(k),
+            on_disconnect: mode,
+        }
+    }
+
+    #[test]
+    fn defaults_leave_room() {
+        let p = policy(10, 5, OnDisconnect::Lease);
+        assert!(p.check().is_ok());
+        // 10s - 2s (connection) - 5s (kill) - 0.6s (margin)
+        assert_eq!(p.grace(), Duration::from_millis(2400));
+    }
+
+    #[test]
+    fn kill_after_as_long_as_the_session_is_refused() {
+        let err = policy(10, 10, OnDisconnect::Lease).check().unwrap_err();
+        assert!(err.contains("--kill-after 10s leaves no room"), "{err}");
+        assert!(policy(10, 8, OnDisconnect::Kill).check().is_err());
+        assert!(policy(10, 7, OnDisconnect::Kill).check().is_ok());
+    }
+
+    #[test]
+    fn kill_mode_has_no_grace() {
+        assert_eq!(policy(10, 1, OnDisconnect::Kill).grace(), Duration::ZERO);
+    }
+}

@@ -1,0 +1,87 @@
+//! Signal delivery into the async world.
+//!
+//! Handlers are installed before zklock connects, so a signal that arrives at
+//! any point is seen and handled by policy instead of killing zklock with its
+//! node still in ZooKeeper. What each signal means is decided where it is
+//! received: `app.rs` while connecting and waiting, `child.rs` while the
+//! command runs.
+
+use std::os::unix::net::UnixStream;
+
+use anyhow::{Context, Result};
+use signal_hook::iterator::backend::SignalDelivery;
+use signal_hook::iterator::exfiltrator::SignalOnly;
+use tokio::io::unix::AsyncFd;
+
+/// Signals zklock forwards to the command's process group.
+pub const FORWARDED: [i32; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// Forwarded signals whose default action ends a process: receiving one asks
+/// the command to stop, so zklock starts the `--kill-after` timer.
+pub fn is_terminating(signal: i32) -> bool {
+    matches!(
+        signal,
+        libc::SIGINT | libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT
+    )
+}
+
+/// Forwarded signals that end zklock itself while it connects or waits, as
+/// their default action would, but with cleanup. SIGWINCH is harmless there.
+pub fn aborts_waiting(signal: i32) -> bool {
+    signal != libc::SIGWINCH
+}
+
+pub struct Signals {
+    delivery: SignalDelivery<AsyncFd<UnixStream>, SignalOnly>,
+    queued: Vec<i32>,
+}
+
+impl Signals {
+    /// Installs handlers for the forwarded signals and SIGCHLD. Must run
+    /// inside the tokio runtime (the read end is registered with its reactor).
+    pub fn install() -> Result<Signals> {
+        let (read, write) = UnixStream::pair().context("creating the signal pipe")?;
+        read.set_nonblocking(true)
+            .context("creating the signal pipe")?;
+        // SAFETY: the stream owns a valid descriptor, and the AsyncFd owns the
+        // stream, so the descriptor is neither closed nor replaced while registered.
+        let read = unsafe { AsyncFd::register(read) }.context("registering the signal pipe")?;
+        let signals = FORWARDED.iter().copied().chain([libc::SIGCHLD]);
+        let delivery = SignalDelivery::with_pipe(read, write, SignalOnly, signals)
+            .context("installing signal handlers")?;
+        Ok(Signals {
+            delivery,
+            queued: Vec::new(),
+        })
+    }
+
+    /// The next signal received. Cancel safe: signals already drained from
+    /// the pipe wait in `queued` for the next call.
+    pub async fn recv(&mut self) -> i32 {
+        loop {
+            if let Some(signal) = self.queued.pop() {
+                return signal;
+            }
+            match self.delivery.get_read().readable().await {
+                // Clearing readiness before draining is race free: bytes
+                // written after the drain make the fd readable again.
+                Ok(mut guard) => guard.clear_ready(),
+                // The reactor is gone only when the runtime shuts down.
+                Err(_) => std::future::pending::<()>().await,
+            }
+            let mut arrived: Vec<i32> = self.delivery.pending().collect();
+            // SIGCHLD last in `queued` order means first out: reaping early
+            // lets a forwarded signal see that the command already exited.
+            arrived.sort_by_key(|&s| s == libc::SIGCHLD);
+            self.queued = arrived;
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The ZooKeeper session: connecting within a deadline, classifying errors,
+//! and shutting down in the order that frees our node at once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::cli::HostList;
+use crate::exit::{ErrorKind, Failure};
+
+/// How long to wait for the server to confirm the end of the session. The
+/// server deletes our ephemerals when it processes the close, so this wait is
+/// what lets the next waiter start at once instead of a session timeout later.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The library retries a lost connection to a server silently; a connection
+/// timeout of about a fifth of the session timeout leaves room for several
+/// servers to be tried before the session can expire. It must stay below 3/5
+/// of the session timeout or the library ignores it.
+pub fn connection_timeout_for(session_timeout: Duration) -> Duration {
+    session_timeout
+        .div_f64(5.0)
+        .max(Duration::from_secs(1))
+        .min(session_timeout.mul_f64(0.4))
+}
+
+/// True when an operation's outcome is unknown because the connection broke:
+/// the session may still be alive and a retry (after reconnecting) is right.
+/// During a failover the library also fails in-flight calls with custom
+/// errors ("no response from connection", I/O errors), not just
+/// ConnectionLoss.
+pub fn is_connection_loss(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout
+    )
+}
+
+/// True when the session is gone for good: our ephemerals are (or soon will
+/// be) deleted by the ensemble, and only a new session can continue.
+pub fn is_session_lost(err: &zk::Error) -> bool {
+    matches!(
+        err,
+        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved
+    )
+}
+
+/// Runs a ZooKeeper call until it completes with something other than a
+/// connection loss. The library queues calls made while disconnected and
+/// sends them after the same session reconnects, so the loop does not spin;
+/// it ends with an error once the session expires.
+pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, zk::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, zk::Error>>,
+{
+    loop {
+        match call().await {
+            Err(err) if is_connection_loss(&err) => continue,
+            result => return result,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub hosts: HostList,
+    pub session_timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+/// A live session. It owns the only [`zk::Client`]; everything else borrows
+/// it, so that [`Session::close`] can drop the last handle and the library
+/// sends CloseSession.
+pub struct Session {
+    client: zk::Client,
+    states: zk::StateWatcher,
+    connection_timeout: Duration,
+}
+
+impl Session {
+    /// Connects, retrying until `connect_timeout` has passed.
+    pub async fn connect(options: &ConnectOptions) -> Result<Session> {
+        let deadline = Instant::now() + options.connect_timeout;
+        let connection_timeout = connection_timeout_for(options.session_timeout);
+        let hosts = options.hosts.connect_string();
+        let mut last_error = None;
+        while Instant::now() < deadline {
+            let connecting = zk::Client::connector()
+                .with_session_timeout(options.session_timeout)
+                .with_connection_timeout(connection_timeout)
+                .with_readonly(false)
+                .connect(hosts);
+            match tokio::time::timeout_at(deadline, connecting).await {
+                Ok(Ok(client)) => {
+                    let states = client.state_watcher();
+                    return Ok(Session {
+                        client,
+                        states,
+                        connection_timeout,
+                    });
+                }
+                Ok(Err(zk::Error::AuthFailed)) => {
+                    return Err(Failure::new(
+                        ErrorKind::NoPermission,
+                        format!("authentication failed at {hosts}"),
+                    )
+                    .into());
+                }
+                Ok(Err(zk::Error::NoNode)) => {
+                    let chroot = options.hosts.chroot().unwrap_or("/");
+                    return Err(anyhow!("the chroot {chroot} does not exist at {hosts}"));
+                }
+                Ok(Err(err)) => {
+                    last_error = Some(err);
+                    // A refused connection fails at once; do not spin on it.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_elapsed) => break,
+            }
+        }
+        let why = last_error
+            .map(|e| format!(" (last error: {e})"))
+            .unwrap_or_default();
+        let message = format!(
+            "no ZooKeeper session with {hosts} within {}{why}",
+            humantime::format_duration(options.connect_timeout)
+        );
+        Err(Failure::new(ErrorKind::Unavailable, message).into())
+    }
+
+    pub fn client(&self) -> &zk::Client {
+        &self.client
+    }
+
+    pub fn id(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    /// The session timeout the ensemble granted (not necessarily the one asked for).
+    pub fn timeout(&self) -> Duration {
+        self.client.session_timeout()
+    }
+
+    /// Deletes `node` (when given) and ends the session, waiting for the
+    /// server to confirm each step, within bounds. Failing to delete is not
+    /// fatal: closing the session deletes all our ephemerals, and if even
+    /// that cannot reach the server, the node dies with the session.
+    pub async fn close(self, node: Option<&str>) {
+        if let Some(node) = node {
+            let bound = self.connection_timeout.max(CLOSE_WAIT);
+            let deleting = retrying(|| self.client.delete(node, None));
+            // NoNode is fine: someone (an operator, expiry) deleted it already.
+            let _ = tokio::time::timeout(bound, deleting).await;
+        }
+        let Session {
+            client, mut states, ..
+        } = self;
+        if states.peek_state().is_terminated() {
+            return;
+        }
+        drop(client);
+        let closed = async { while !states.changed().await.is_terminated() {} };
+        let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
+    }
+}
