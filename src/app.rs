@@ -34,7 +34,7 @@ fn run_locked(args: RunArgs) -> Result<Exit> {
 async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let report = Report(args.verbosity());
-    let argv = child::command_line(args.shell.as_deref(), &args.argv);
+    let argv = args.command_line().map_err(Failure::usage)?;
     let path = args.path.as_str();
     let connect = ConnectOptions {
         hosts: args.connection.hosts.clone(),

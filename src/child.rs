@@ -1,7 +1,7 @@
 //! The command: spawning it in its own process group, handing it the
 //! terminal, forwarding signals to its group and reaping it.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::future::Future;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -18,19 +18,6 @@ use crate::signals::{Signals, is_terminating};
 /// How often to look for stragglers in the command's process group after the
 /// command itself exited; there is no event for "the group is empty".
 const GROUP_POLL: Duration = Duration::from_millis(20);
-
-/// What to run: `-c STRING` becomes `$SHELL -c STRING` (or `/bin/sh`).
-pub fn command_line(shell: Option<&OsStr>, argv: &[OsString]) -> Vec<OsString> {
-    match shell {
-        Some(script) => {
-            let sh = std::env::var_os("SHELL")
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "/bin/sh".into());
-            vec![sh, "-c".into(), script.to_owned()]
-        }
-        None => argv.to_vec(),
-    }
-}
 
 /// Blocks SIGTTOU and SIGTTIN in the calling thread, so zklock can take the
 /// terminal back (tcsetpgrp) and write to it from the background. Call it in
@@ -56,7 +43,6 @@ fn foreground_terminal() -> Option<libc::c_int> {
 
 /// A running command and its process group (whose id is the command's pid).
 pub struct Child {
-    process: std::process::Child,
     pgid: libc::pid_t,
     status: Option<ExitStatus>,
     terminal: Option<libc::c_int>,
@@ -80,8 +66,11 @@ impl Child {
         unsafe {
             command.pre_exec(move || prepare_child(zklock_pid, terminal));
         }
-        let process = command.spawn().map_err(|err| spawn_error(program, err))?;
-        let pgid = process.id() as libc::pid_t;
+        // std's Child handle is dropped unused: reaping is ours (see reap).
+        let pgid = command
+            .spawn()
+            .map_err(|err| spawn_error(program, err))?
+            .id() as libc::pid_t;
         if let Some(fd) = terminal {
             // The child did this too; repeating it closes the race with our
             // own later tcsetpgrp, as shells do.
@@ -89,7 +78,6 @@ impl Child {
             unsafe { libc::tcsetpgrp(fd, pgid) };
         }
         Ok(Child {
-            process,
             pgid,
             status: None,
             terminal,
@@ -105,19 +93,38 @@ impl Child {
         }
     }
 
+    /// Whether any process of the group is still running. Zombies do not
+    /// count: they have exited, and an orphaned zombie lingers until init
+    /// reaps it, which some container inits do late or never.
     fn group_alive(&self) -> bool {
         // SAFETY: signal 0 only checks for existence.
         let rc = unsafe { libc::kill(-self.pgid, 0) };
-        rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            return false;
+        }
+        group_has_running_member(self.pgid)
     }
 
-    /// Reaps our own child (never waitpid(-1), which could steal the status
-    /// of a process someone else started).
+    /// Reaps our own child. As PID 1 (a container's init) orphans of the
+    /// command become our children too and must be reaped, or as zombies
+    /// they would keep the process group alive forever.
     fn reap(&mut self) {
-        if self.status.is_none() {
-            if let Ok(Some(status)) = self.process.try_wait() {
-                self.status = Some(status);
+        // SAFETY: getpid has no preconditions.
+        let orphans_are_ours = unsafe { libc::getpid() } == 1;
+        let target = if orphans_are_ours { -1 } else { self.pgid };
+        loop {
+            let mut raw = 0;
+            // SAFETY: waitpid writes the status into a local integer.
+            let pid = unsafe { libc::waitpid(target, &mut raw, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            if pid == self.pgid {
+                self.status = Some(ExitStatus::from_raw(raw));
                 self.take_back_terminal();
+            }
+            if !orphans_are_ours {
+                return;
             }
         }
     }
@@ -129,6 +136,40 @@ impl Child {
             unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
         }
     }
+}
+
+/// Scans /proc for a process of group `pgid` that is not a zombie; errs on
+/// the side of "alive" when /proc cannot be read.
+fn group_has_running_member(pgid: libc::pid_t) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        let stat = if is_pid {
+            std::fs::read_to_string(entry.path().join("stat")).ok()
+        } else {
+            None
+        };
+        stat.is_some_and(|stat| running_in_group(&stat, pgid))
+    })
+}
+
+/// Parses `/proc/PID/stat`: `pid (comm) state ppid pgrp ...`, where comm may
+/// itself contain spaces and parentheses.
+fn running_in_group(stat: &str, pgid: libc::pid_t) -> bool {
+    let Some((_, after_comm)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = after_comm.split_whitespace();
+    let (Some(state), Some(_ppid), Some(pgrp)) = (fields.next(), fields.next(), fields.next())
+    else {
+        return false;
+    };
+    pgrp.parse() == Ok(pgid) && !matches!(state, "Z" | "X")
 }
 
 /// Everything the command must not inherit from zklock: its signal handlers
@@ -263,5 +304,19 @@ pub async fn supervise(
         Exit::Signal(signal)
     } else {
         Exit::Command(status.code().unwrap_or(0) as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_parsing() {
+        assert!(running_in_group("812 (sleep) S 811 811 700 0 -1", 811));
+        assert!(!running_in_group("812 (sleep) Z 811 811 700 0 -1", 811));
+        assert!(!running_in_group("812 (sleep) S 811 900 700 0 -1", 811));
+        assert!(running_in_group("812 (a) b (c)) R 1 811 700", 811));
+        assert!(!running_in_group("garbage", 811));
     }
 }

@@ -29,12 +29,22 @@ pub enum Command {
     /// Examples:
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
-    #[command(after_help = EXIT_CODE_HELP, verbatim_doc_comment)]
+    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
     Run(RunArgs),
 }
 
+const ENVIRONMENT_HELP: &str = "\
+Environment given to the command:
+  ZKLOCK_PATH           the lock path as given
+  ZKLOCK_NODE           our lock node's full path
+  ZKLOCK_FENCING_TOKEN  a number that increases with every new holder of the
+                        lock (the node's czxid); pass it to the resource
+  ZKLOCK_SESSION_ID     the ZooKeeper session id, in hex";
+
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("cmd").required(true).args(["shell", "argv"]))]
+#[command(
+    override_usage = "zklock run [OPTIONS] PATH -- CMD [ARGS]...\n       zklock run [OPTIONS] PATH -c STRING"
+)]
 pub struct RunArgs {
     /// Lock path in ZooKeeper, e.g. /locks/nightly-backup (created as needed).
     #[arg(value_name = "PATH")]
@@ -45,7 +55,12 @@ pub struct RunArgs {
     pub argv: Vec<OsString>,
 
     /// Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD.
-    #[arg(short = 'c', long = "command", value_name = "STRING")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "argv"
+    )]
     pub shell: Option<OsString>,
 
     #[command(flatten)]
@@ -79,6 +94,21 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The command line to run: `-c STRING` becomes `$SHELL -c STRING`
+    /// (falling back to /bin/sh); otherwise CMD as given.
+    pub fn command_line(&self) -> Result<Vec<OsString>, String> {
+        match (&self.shell, self.argv.is_empty()) {
+            (Some(script), _) => {
+                let sh = std::env::var_os("SHELL")
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "/bin/sh".into());
+                Ok(vec![sh, "-c".into(), script.clone()])
+            }
+            (None, false) => Ok(self.argv.clone()),
+            (None, true) => Err("no command given: add `-- CMD [ARGS]...` or `-c STRING`".into()),
+        }
+    }
+
     /// How long to wait for the lock; `Some(ZERO)` means do not wait.
     pub fn wait_limit(&self) -> Option<Duration> {
         if self.no_wait {
@@ -419,10 +449,20 @@ mod tests {
         let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
         assert!(parse(&["zklock", "run", "/l", "--", "true"]).is_ok());
         assert!(parse(&["zklock", "run", "/l", "-c", "true"]).is_ok());
-        assert!(parse(&["zklock", "run", "/l"]).is_err());
         assert!(parse(&["zklock", "run", "/l", "-c", "x", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "-w", "1", "-n", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "-E", "256", "/l", "--", "true"]).is_err());
+        let Command::Run(bare) = parse(&["zklock", "run", "/l"]).unwrap().command;
+        assert!(
+            bare.command_line()
+                .unwrap_err()
+                .starts_with("no command given")
+        );
+        let Command::Run(shell) = parse(&["zklock", "run", "/l", "-c", "echo hi"])
+            .unwrap()
+            .command;
+        let line = shell.command_line().unwrap();
+        assert_eq!(line[1..], ["-c".into(), "echo hi".into()] as [OsString; 2]);
     }
 
     #[test]
@@ -442,5 +482,65 @@ mod tests {
             run(&["zklock", "run", "-w", "1.5", "/l", "--", "true"]).wait_limit(),
             Some(Duration::from_millis(1500))
         );
+    }
+}
+
+/// Completions and the man page are generated from this model and committed
+/// under `completions/`; this test fails when they drift. Regenerate with
+/// `ZKLOCK_REGENERATE=1 cargo test --bin zklock generated_files`.
+#[cfg(test)]
+mod generated_files {
+    use std::path::Path;
+
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+
+    use super::Cli;
+
+    fn check(file: &str, contents: &[u8]) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("completions")
+            .join(file);
+        if std::env::var_os("ZKLOCK_REGENERATE").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, contents).unwrap();
+            return;
+        }
+        let committed = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            committed == contents,
+            "{} is out of date; run ZKLOCK_REGENERATE=1 cargo test --bin zklock generated_files",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn completions_are_current() {
+        for (shell, file) in [
+            (Shell::Bash, "zklock.bash"),
+            (Shell::Zsh, "_zklock"),
+            (Shell::Fish, "zklock.fish"),
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "zklock", &mut out);
+            check(file, &out);
+        }
+    }
+
+    #[test]
+    fn man_page_is_current() {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(Cli::command())
+            .render(&mut out)
+            .unwrap();
+        check("zklock.1", &out);
+        let run = Cli::command()
+            .find_subcommand("run")
+            .unwrap()
+            .clone()
+            .name("zklock-run");
+        let mut out = Vec::new();
+        clap_mangen::Man::new(run).render(&mut out).unwrap();
+        check("zklock-run.1", &out);
     }
 }

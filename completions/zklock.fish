@@ -1,0 +1,44 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_zklock_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_zklock_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_zklock_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_zklock_using_subcommand
+    set -l cmd (__fish_zklock_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c zklock -n "__fish_zklock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_needs_command" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "run" -d 'Take the lock at PATH, run the command, release the lock.'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s c -l command -d 'Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s w -l timeout -d 'Give up if the lock is not acquired within DURATION (`30s`, `2m`, or a number of seconds such as `0.5`). Default: wait forever' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired (0-255)' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s n -l no-wait -d 'Give up at once if the lock is held (same as --timeout 0)'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s v -l verbose -d 'Report the connection, the queue position and who holds the lock'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s q -l quiet -d 'Print errors only'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "run" -d 'Take the lock at PATH, run the command, release the lock.'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
