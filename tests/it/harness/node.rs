@@ -1,0 +1,404 @@
+//! One ZooKeeper JVM process: config, spawn, signals, readiness, logs, 4-letter words.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::TempDir;
+use super::server::ServerOptions;
+
+const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+const JAVA: &str = "/usr/bin/java";
+// The Debian classpath has slf4j-api but no binding, so without this the log is empty.
+const SLF4J_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
+const FOUR_LETTER_TIMEOUT: Duration = Duration::from_secs(5);
+// ZooKeeper 3.8.0 answers a 4-letter word that arrives before its database exists, then
+// fails to close the connection (NullPointerException in removeCnxn), so a probe that
+// reads to EOF hangs; probes therefore give up early and try again.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub(crate) const STANDALONE_MAIN: &str = "org.apache.zookeeper.server.ZooKeeperServerMain";
+pub(crate) const QUORUM_MAIN: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+
+/// Panics with install instructions unless java and the ZooKeeper jar are present.
+pub(crate) fn require_zookeeper() {
+    for (path, what) in [
+        (JAVA, "java (Java 17)"),
+        (ZOOKEEPER_JAR, "the ZooKeeper server jar"),
+    ] {
+        assert!(
+            Path::new(path).exists(),
+            "{what} not found at {path}: these tests need a real ZooKeeper server; \
+             install it with `sudo apt-get install zookeeper` (Debian/Ubuntu)"
+        );
+    }
+}
+
+/// Picks `n` distinct free loopback ports.
+///
+/// All listeners stay bound until every port is chosen, so the ports differ; they are
+/// released just before the server binds them, a window small enough in practice.
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect()
+}
+
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Spawns `cmd` from a thread that lives as long as the test process.
+///
+/// Servers get PR_SET_PDEATHSIG so that they die with the test process even when it is
+/// killed or never runs destructors (statics). The kernel fires PDEATHSIG when the
+/// *thread* that forked the child exits, not the process. Tests run on short-lived
+/// threads (one per test), and a helper thread may start a server that outlives it, so
+/// forking from the calling thread would kill servers early. Every server is therefore
+/// forked from this one long-lived thread, and dies exactly when the process does.
+fn spawn_from_keeper_thread(cmd: Command) -> io::Result<Child> {
+    static KEEPER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("zk-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("start the server spawner thread");
+        tx
+    });
+    let (tx, rx) = mpsc::channel();
+    keeper.send((cmd, tx)).expect("spawner thread is gone");
+    rx.recv().expect("spawner thread dropped the request")
+}
+
+fn set_parent_death_signal(cmd: &mut Command) {
+    // The child's parent is a thread of this process, and getppid reports its process id.
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // functions (prctl, getppid, raise), allocating nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Connects to `addr`, sends a 4-letter word and returns the whole answer.
+pub(crate) fn four_letter_at(addr: SocketAddr, cmd: &str, timeout: Duration) -> io::Result<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(cmd.as_bytes())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// The `Mode:` line of a `srvr` answer, if the server is serving.
+pub(crate) fn parse_mode(srvr: &str) -> Option<String> {
+    srvr.lines()
+        .find_map(|line| line.strip_prefix("Mode: "))
+        .map(|mode| mode.trim().to_string())
+}
+
+pub(crate) struct Node {
+    name: String,
+    main_class: &'static str,
+    jvm_args: Vec<String>,
+    dir: TempDir,
+    client_addr: SocketAddr,
+    start_timeout: Duration,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Node {
+    /// Writes the config (and `myid` for ensemble members); does not start the process.
+    pub(crate) fn new(
+        name: String,
+        main_class: &'static str,
+        client_port: u16,
+        myid: Option<usize>,
+        extra_config: &str,
+        opts: &ServerOptions,
+    ) -> Node {
+        require_zookeeper();
+        let dir = TempDir::new();
+        let data_dir = dir.path().join("data");
+        fs::create_dir(&data_dir).expect("create data dir");
+        if let Some(id) = myid {
+            fs::write(data_dir.join("myid"), format!("{id}\n")).expect("write myid");
+        }
+        let config = format!(
+            "tickTime={tick}\n\
+             initLimit={init}\n\
+             syncLimit={sync}\n\
+             dataDir={data}\n\
+             clientPort={client_port}\n\
+             clientPortAddress=127.0.0.1\n\
+             minSessionTimeout={min}\n\
+             maxSessionTimeout={max}\n\
+             maxClientCnxns=0\n\
+             4lw.commands.whitelist=*\n\
+             admin.enableServer=false\n\
+             forceSync=no\n\
+             {extra_config}",
+            tick = opts.tick_time.as_millis(),
+            init = opts.init_limit,
+            sync = opts.sync_limit,
+            data = data_dir.display(),
+            min = opts.min_session_timeout.as_millis(),
+            max = opts.max_session_timeout.as_millis(),
+        );
+        fs::write(dir.path().join("zoo.cfg"), config).expect("write zoo.cfg");
+
+        let mut jvm_args: Vec<String> = [
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Xshare:auto",
+            "-XX:-UsePerfData",
+            "-Dzookeeper.admin.enableServer=false",
+            // A restarted member may find its election port briefly busy; the default
+            // (3 tries) is tight on a loaded machine.
+            "-Dzookeeper.electionPortBindRetry=10",
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        ]
+        .map(String::from)
+        .to_vec();
+        if let Some(interval) = opts.container_check_interval {
+            jvm_args.push(format!(
+                "-Dznode.container.checkIntervalMs={}",
+                interval.as_millis()
+            ));
+            jvm_args.push("-Dznode.container.maxPerMinute=10000".to_string());
+        }
+        Node {
+            name,
+            main_class,
+            jvm_args,
+            dir,
+            client_addr: SocketAddr::from(([127, 0, 0, 1], client_port)),
+            start_timeout: opts.start_timeout,
+            child: None,
+            paused: false,
+        }
+    }
+
+    pub(crate) fn client_addr(&self) -> SocketAddr {
+        self.client_addr
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Starts the JVM without waiting for it to serve.
+    pub(crate) fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open server log");
+        let mut classpath = ZOOKEEPER_JAR.to_string();
+        if Path::new(SLF4J_BINDING).exists() {
+            classpath = format!("{classpath}:{SLF4J_BINDING}");
+        }
+        let mut cmd = Command::new(JAVA);
+        cmd.args(&self.jvm_args)
+            .arg("-cp")
+            .arg(classpath)
+            .arg(self.main_class)
+            .arg(self.dir.path().join("zoo.cfg"))
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log fd"))
+            .stderr(log)
+            // Keeps servers out of reach of signals tests send to their own process group.
+            .process_group(0);
+        set_parent_death_signal(&mut cmd);
+        let child = spawn_from_keeper_thread(cmd)
+            .unwrap_or_else(|e| panic!("cannot start {} ({JAVA}): {e}", self.name));
+        self.child = Some(child);
+        self.paused = false;
+    }
+
+    /// Waits until `ruok` says `imok` and `srvr` reports a serving mode.
+    ///
+    /// `ruok` alone is not enough: it answers `imok` before the server serves requests.
+    pub(crate) fn wait_serving(&mut self) {
+        let deadline = Instant::now() + self.start_timeout;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                panic!(
+                    "{} exited with {status} while starting; log tail:\n{}",
+                    self.name,
+                    self.log_tail(40)
+                );
+            }
+            if self.is_serving() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "{} not serving after {:?}; log tail:\n{}",
+                    self.name,
+                    self.start_timeout,
+                    self.log_tail(40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    pub(crate) fn is_serving(&self) -> bool {
+        self.is_running()
+            && !self.paused
+            && four_letter_at(self.client_addr, "ruok", PROBE_TIMEOUT).is_ok_and(|a| a == "imok")
+            && self
+                .mode()
+                .is_some_and(|m| matches!(m.as_str(), "standalone" | "leader" | "follower"))
+    }
+
+    pub(crate) fn mode(&self) -> Option<String> {
+        four_letter_at(self.client_addr, "srvr", PROBE_TIMEOUT)
+            .ok()
+            .as_deref()
+            .and_then(parse_mode)
+    }
+
+    pub(crate) fn four_letter(&self, cmd: &str) -> io::Result<String> {
+        four_letter_at(self.client_addr, cmd, FOUR_LETTER_TIMEOUT)
+    }
+
+    fn send(&self, sig: libc::c_int) {
+        let pid = self
+            .pid()
+            .unwrap_or_else(|| panic!("{} is not running", self.name));
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child,
+        // so it cannot have been recycled for another process.
+        if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+            panic!(
+                "kill({pid}, {sig}) for {}: {}",
+                self.name,
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// SIGTERM, then waits for exit (SIGKILL if it takes longer than 30 s).
+    pub(crate) fn stop(&mut self) {
+        self.send(libc::SIGTERM);
+        if self.paused {
+            // A stopped process keeps SIGTERM pending until it runs again.
+            self.send(libc::SIGCONT);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let child = self.child.as_mut().expect("running");
+        while child.try_wait().expect("try_wait on server").is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = None;
+        self.paused = false;
+    }
+
+    /// SIGKILL and reap.
+    pub(crate) fn kill(&mut self) {
+        let mut child = self
+            .child
+            .take()
+            .unwrap_or_else(|| panic!("{} is not running", self.name));
+        let _ = child.kill();
+        let _ = child.wait();
+        self.paused = false;
+    }
+
+    /// SIGSTOP, and waits until the kernel reports the process stopped.
+    pub(crate) fn pause(&mut self) {
+        self.send(libc::SIGSTOP);
+        self.paused = true;
+        let stat = format!("/proc/{}/stat", self.pid().expect("running"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // The state is the field after the parenthesised command name.
+        while !fs::read_to_string(&stat)
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+            .unwrap_or(false)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not stop after SIGSTOP",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub(crate) fn resume(&mut self) {
+        self.send(libc::SIGCONT);
+        self.paused = false;
+    }
+
+    pub(crate) fn log_tail(&self, n: usize) -> String {
+        let log = fs::read(self.log_path()).unwrap_or_default();
+        let log = String::from_utf8_lossy(&log);
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

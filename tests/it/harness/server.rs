@@ -1,0 +1,158 @@
+//! A standalone ZooKeeper server, owned by one test or shared by the whole process.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::node::{self, Node};
+
+/// Server settings. The defaults keep session tests short: with a 100 ms tick the
+/// server checks expiry often, and sessions may be as short as 400 ms.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub tick_time: Duration,
+    pub min_session_timeout: Duration,
+    pub max_session_timeout: Duration,
+    /// How often the server reaps empty container nodes (ZooKeeper's default is 60 s).
+    pub container_check_interval: Option<Duration>,
+    /// In ticks: how long a follower may take to connect and sync to a leader.
+    pub init_limit: u32,
+    /// In ticks: how long a follower may be silent before the leader drops it (and the
+    /// other way round), which bounds how fast a paused member is noticed.
+    pub sync_limit: u32,
+    /// How long to wait for a (re)started server to serve.
+    pub start_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            tick_time: Duration::from_millis(100),
+            min_session_timeout: Duration::from_millis(400),
+            max_session_timeout: Duration::from_secs(60),
+            container_check_interval: None,
+            // Generous in ticks because the machine is shared and noisy: a follower
+            // dropped for a GC pause or a busy CPU would make tests flaky.
+            init_limit: 50,
+            sync_limit: 20,
+            start_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A standalone server on a free loopback port with its own temp data dir.
+/// Dropping it kills the JVM (SIGKILL), reaps it and removes the dir.
+pub struct ZkServer {
+    node: Node,
+}
+
+impl ZkServer {
+    pub fn start() -> ZkServer {
+        ZkServer::start_with(ServerOptions::default())
+    }
+
+    pub fn start_with(opts: ServerOptions) -> ZkServer {
+        let port = node::free_ports(1)[0];
+        let name = format!("zk-standalone:{port}");
+        let mut node = Node::new(name, node::STANDALONE_MAIN, port, None, "", &opts);
+        node.spawn();
+        node.wait_serving();
+        ZkServer { node }
+    }
+
+    /// `127.0.0.1:PORT`
+    pub fn connect_string(&self) -> String {
+        self.addr().to_string()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.node.client_addr()
+    }
+
+    /// Panics if the server is not running (stopped or killed).
+    pub fn pid(&self) -> u32 {
+        self.node.pid().expect("server is not running")
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.node.is_running()
+    }
+
+    /// SIGTERM and wait for exit.
+    pub fn stop(&mut self) {
+        self.node.stop();
+    }
+
+    /// SIGKILL and wait for exit.
+    pub fn kill(&mut self) {
+        self.node.kill();
+    }
+
+    /// Restarts on the same port and data dir (sessions and nodes survive), and waits
+    /// until it serves.
+    pub fn start_again(&mut self) {
+        self.node.spawn();
+        self.node.wait_serving();
+    }
+
+    /// SIGSTOP: the server keeps its sockets but answers nothing.
+    pub fn pause(&mut self) {
+        self.node.pause();
+    }
+
+    /// SIGCONT
+    pub fn resume(&mut self) {
+        self.node.resume();
+    }
+
+    /// Sends a 4-letter word ("ruok", "srvr", "cons", "dump", "wchp", "wchc", "mntr"...).
+    /// Panics if the server does not answer.
+    pub fn four_letter(&self, cmd: &str) -> String {
+        self.try_four_letter(cmd)
+            .unwrap_or_else(|e| panic!("4-letter word {cmd:?} to {}: {e}", self.addr()))
+    }
+
+    pub fn try_four_letter(&self, cmd: &str) -> io::Result<String> {
+        self.node.four_letter(cmd)
+    }
+
+    /// The last `n` lines of the server's stdout/stderr, for diagnosing failures.
+    pub fn log_tail(&self, n: usize) -> String {
+        self.node.log_tail(n)
+    }
+}
+
+/// The one standalone server of this test process, started on first use.
+///
+/// For tests that do not stop, pause or kill servers; each must use its own lock path.
+/// A static is never dropped, so an exit hook kills the server and removes its dir; and
+/// should the process die without running it, the server still dies through its
+/// parent-death signal (see `node::spawn_from_keeper_thread`).
+pub fn shared_server() -> &'static ZkServer {
+    static SHARED: OnceLock<ZkServer> = OnceLock::new();
+    static CLEANUP: OnceLock<(u32, std::path::PathBuf)> = OnceLock::new();
+
+    extern "C" fn cleanup_at_exit() {
+        if let Some((pid, dir)) = CLEANUP.get() {
+            // SAFETY: kill and waitpid have no memory-safety preconditions; the pid is our
+            // child and is reaped only here, so it cannot name another process.
+            unsafe {
+                libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+                libc::waitpid(*pid as libc::pid_t, std::ptr::null_mut(), 0);
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    SHARED.get_or_init(|| {
+        let server = ZkServer::start();
+        let _ = CLEANUP.set((server.pid(), server.node.dir().to_path_buf()));
+        // SAFETY: registering a plain extern "C" function with atexit is sound; the hook
+        // only reads a static that is fully initialised by the time it is registered.
+        unsafe {
+            libc::atexit(cleanup_at_exit);
+        }
+        server
+    })
+}
