@@ -66,13 +66,31 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
+/// The name of our real user id from the password database (cron and CI do
+/// not always set LOGNAME), or the number if it has no entry.
 fn user() -> String {
-    std::env::var("LOGNAME")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_else(|_| {
-            // SAFETY: getuid cannot fail.
-            format!("uid {}", unsafe { libc::getuid() })
-        })
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: passwd is plain data; getpwuid_r writes only into `entry` and
+    // `buf` (bounded by its length) and sets `found` to null or to `entry`.
+    unsafe {
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        );
+        if rc == 0 && !found.is_null() && !entry.pw_name.is_null() {
+            return std::ffi::CStr::from_ptr(entry.pw_name)
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    format!("uid {uid}")
 }
 
 #[cfg(test)]
