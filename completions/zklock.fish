@@ -35,6 +35,8 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s w -l timeout -d 'Give up if the lock is not acquired within DURATION (`30s`, `2m`, or a number of seconds such as `0.5`). Default: wait forever' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired (0-255)' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l on-disconnect -d 'What a lost connection means while the command runs: `lease` keeps it running while the session can still come back (until the lease deadline); `kill` treats any disconnection as losing the lock' -r -f -a "lease\t'Keep running until the lease deadline while the session reconnects'
+kill\t'Any disconnection loses the lock'"
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s n -l no-wait -d 'Give up at once if the lock is held (same as --timeout 0)'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s v -l verbose -d 'Report the connection, the queue position and who holds the lock'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s q -l quiet -d 'Print errors only'

@@ -10,7 +10,7 @@ use crate::child::{self, Child};
 use crate::cli::{Cli, Command, RunArgs, Verbosity};
 use crate::exit::{Exit, Failure};
 use crate::holder;
-use crate::lease::{self, LeasePolicy, OnDisconnect};
+use crate::lease::{self, LeasePolicy};
 use crate::recipe::{self, Acquired, Kind, Node, Observer};
 use crate::signals::{Signals, aborts_waiting};
 use crate::zk::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
@@ -45,7 +45,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         session_timeout,
         connection_timeout: connection_timeout_for(session_timeout),
         kill_after: args.kill_after.0,
-        on_disconnect: OnDisconnect::Lease,
+        on_disconnect: args.on_disconnect,
     };
     policy_for(connect.session_timeout)
         .check()

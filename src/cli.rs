@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit::{CONFLICT_DEFAULT, EXIT_CODE_HELP};
+use crate::lease::OnDisconnect;
 
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
 ///
@@ -83,6 +84,12 @@ pub struct RunArgs {
     /// the command's process group if it is still running after DURATION.
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub kill_after: Seconds,
+
+    /// What a lost connection means while the command runs: `lease` keeps
+    /// it running while the session can still come back (until the lease
+    /// deadline); `kill` treats any disconnection as losing the lock.
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnDisconnect::Lease)]
+    pub on_disconnect: OnDisconnect,
 
     /// Report the connection, the queue position and who holds the lock.
     #[arg(short, long, conflicts_with = "quiet")]

@@ -26,10 +26,9 @@ use crate::zk::{is_connection_loss, is_session_lost};
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OnDisconnect {
-    /// Keep running while the session can still be recovered (until the
-    /// lease deadline).
+    /// Keep running until the lease deadline while the session reconnects.
     Lease,
-    /// Treat any disconnection as losing the lock.
+    /// Any disconnection loses the lock.
     Kill,
 }
 
