@@ -8,8 +8,11 @@ mod client;
 mod cmd;
 mod ensemble;
 mod frames;
+mod gated;
 mod node;
+mod process;
 mod proxy;
+mod pty;
 mod server;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +25,12 @@ pub use cmd::{
     zklock, zklock_run,
 };
 pub use ensemble::Ensemble;
+pub use gated::Gated;
+pub use process::{
+    KillGroupOnDrop, Outcome, assert_no_nodes, pid_alive, read_pid_file, run_bounded, wait_pid_gone,
+};
 pub use proxy::{FaultProxy, Mode};
+pub use pty::Pty;
 pub use server::{ServerOptions, ZkServer, shared_server};
 
 /// Polls `cond` until it holds; panics with `description` after `timeout`.

@@ -1,0 +1,273 @@
+//! Signals to zklock: forwarded to the command's process group while it runs, an abort
+//! while waiting, escalation to SIGKILL, and zklock itself killed.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    Gated, Inspector, KillGroupOnDrop, KillOnDrop, TempDir, assert_no_nodes, pid_alive,
+    read_pid_file, shared_server, signal, unique_path, wait_for_exit, wait_for_file, wait_pid_gone,
+    wait_until, zklock_run,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Generous bound for "at once" on a busy two-core machine.
+const PROMPTLY: Duration = Duration::from_secs(2);
+
+/// Kill-after long enough that it never fires by accident while a test looks, with a
+/// session long enough for zklock to accept it.
+const PATIENT: [&str; 4] = ["--kill-after", "20s", "--session-timeout", "40s"];
+
+fn inspector() -> Inspector {
+    Inspector::connect(&shared_server().connect_string())
+}
+
+/// Spawns `zklock run [options] PATH -- sh -c SCRIPT sh DIR`.
+fn spawn_script(path: &str, options: &[&str], script: &str, dir: &Path) -> KillOnDrop {
+    let mut cmd: Command = zklock_run(&shared_server().connect_string(), path);
+    cmd.args(options)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(dir)
+        .stdout(Stdio::null());
+    KillOnDrop(cmd.spawn().expect("spawn zklock"))
+}
+
+fn exit_of(child: &mut Child) -> i32 {
+    let status = wait_for_exit(child, LONG).expect("zklock still running");
+    status
+        .code()
+        .unwrap_or_else(|| panic!("zklock itself died: {status}"))
+}
+
+/// The command traps the signal and holds out until the test says `go`; its child (the
+/// test's "grandchild", running in the foreground so that a non-interactive shell does
+/// not make it ignore INT) must die of the forwarded signal. Then the command dies of
+/// the same signal.
+fn forwarded_to_the_group_and_released_after_it(sig: libc::c_int, name: &str) {
+    let zk = inspector();
+    let path = unique_path(&format!("forward-{name}"));
+    let dir = TempDir::new();
+    let script = format!(
+        r#"trap 'touch "$1/trapped"; while [ ! -e "$1/go" ]; do sleep 0.02; done; touch "$1/finished"; trap - {name}; kill -{name} $$' {name}
+echo $$ > "$1/command"
+sh -c 'echo $$ > "$1/grandchild"; exec sleep 300' sh "$1"
+"#
+    );
+    let mut zklock = spawn_script(&path, &PATIENT, &script, dir.path());
+    let _group = KillGroupOnDrop(read_pid_file(&dir.path().join("command"), LONG));
+    let grandchild = read_pid_file(&dir.path().join("grandchild"), LONG);
+    let held = zk.children(&path);
+    assert_eq!(held.len(), 1, "{held:?}");
+
+    signal(zklock.id() as i32, sig);
+    assert!(
+        wait_for_file(dir.path().join("trapped"), LONG),
+        "the command never got SIG{name}"
+    );
+    assert!(
+        wait_pid_gone(grandchild, LONG),
+        "the command's child survived SIG{name}"
+    );
+    // The command is provably still running (it waits for `go`): the lock is still ours.
+    assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
+    assert_eq!(zk.children(&path), held, "node deleted while the group ran");
+
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(exit_of(&mut zklock), 128 + sig);
+    assert!(dir.path().join("finished").exists());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_group_and_the_lock_released_after_it() {
+    forwarded_to_the_group_and_released_after_it(libc::SIGTERM, "TERM");
+}
+
+#[test]
+fn sigint_is_forwarded_to_the_group_and_the_lock_released_after_it() {
+    forwarded_to_the_group_and_released_after_it(libc::SIGINT, "INT");
+}
+
+#[test]
+fn sighup_is_forwarded_to_the_group_and_the_lock_released_after_it() {
+    forwarded_to_the_group_and_released_after_it(libc::SIGHUP, "HUP");
+}
+
+#[test]
+fn background_job_started_by_the_command_is_signalled_too() {
+    // The common `sh -c 'job & ...; wait'` shape: the job is in the command's group.
+    let zk = inspector();
+    let path = unique_path("forward-bg");
+    let dir = TempDir::new();
+    let script = r#"echo $$ > "$1/command"; sleep 300 & echo $! > "$1/grandchild"; wait"#;
+    let mut zklock = spawn_script(&path, &PATIENT, script, dir.path());
+    let _group = KillGroupOnDrop(read_pid_file(&dir.path().join("command"), LONG));
+    let grandchild = read_pid_file(&dir.path().join("grandchild"), LONG);
+    let sent = Instant::now();
+    signal(zklock.id() as i32, libc::SIGTERM);
+    assert_eq!(exit_of(&mut zklock), 128 + libc::SIGTERM);
+    // Not by --kill-after: the job got the TERM itself.
+    let took = sent.elapsed();
+    assert!(took < PROMPTLY, "exit {took:?} after TERM");
+    assert!(!pid_alive(grandchild), "background job outlived zklock");
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn lock_is_held_until_every_process_of_the_group_exits() {
+    let zk = inspector();
+    let path = unique_path("straggler");
+    let dir = TempDir::new();
+    let script = r#"(while [ ! -e "$1/go" ]; do sleep 0.02; done; touch "$1/straggler-done") &
+echo $$ > "$1/command"
+"#;
+    let mut zklock = spawn_script(&path, &[], script, dir.path());
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+    let _group = KillGroupOnDrop(command);
+    let held = zk.children(&path);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(wait_pid_gone(command, LONG), "command did not exit");
+
+    // Nothing marks "zklock would have released by now", so watch for a while: the
+    // straggler still runs, so the lock must stay held all along.
+    let watching = Instant::now();
+    while watching.elapsed() < Duration::from_millis(300) {
+        assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
+        assert_eq!(zk.children(&path), held, "node deleted while the group ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(exit_of(&mut zklock), 0);
+    assert!(dir.path().join("straggler-done").exists());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn signal_while_waiting_leaves_no_node_and_exits_128_plus_n() {
+    let zk = inspector();
+    let path = unique_path("abort-wait");
+    let connect = shared_server().connect_string();
+    let holder = Gated::start(zklock_run(&connect, &path));
+    let held = zk.children(&path);
+    let dir = TempDir::new();
+    let ran = dir.path().join("waiter-ran");
+    for (sig, name) in [(libc::SIGINT, "INT"), (libc::SIGTERM, "TERM")] {
+        let mut cmd = zklock_run(&connect, &path);
+        cmd.arg("--").arg("touch").arg(&ran);
+        let mut waiter = KillOnDrop(cmd.spawn().expect("spawn waiter"));
+        wait_until(LONG, "waiter queued", || zk.children(&path).len() == 2);
+
+        let sent = Instant::now();
+        signal(waiter.id() as i32, sig);
+        let code = exit_of(&mut waiter);
+        let took = sent.elapsed();
+        assert_eq!(
+            zk.children(&path),
+            held,
+            "waiter's node left after SIG{name}"
+        );
+        assert_eq!(code, 128 + sig, "SIG{name}");
+        eprintln!("SIG{name} while waiting: exit after {took:?}");
+        assert!(took < PROMPTLY, "SIG{name} while waiting took {took:?}");
+    }
+    assert!(!ran.exists(), "a waiter ran its command");
+    assert!(holder.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
+/// Survives TERM: each TERM kills only the current `sleep`, and the trap counts it.
+const OUTLASTS_TERM: &str = r#"trap 'echo TERM >> "$1/terms"' TERM
+echo $$ > "$1/command"
+while :; do sleep 0.05; done
+"#;
+
+fn terms_seen(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("terms"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn second_terminating_signal_kills_the_group_at_once() {
+    let zk = inspector();
+    let path = unique_path("second-term");
+    let dir = TempDir::new();
+    let mut zklock = spawn_script(&path, &PATIENT, OUTLASTS_TERM, dir.path());
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+
+    signal(zklock.id() as i32, libc::SIGTERM);
+    // Only once the first was forwarded is the next one a second signal.
+    wait_until(LONG, "command saw the first TERM", || {
+        terms_seen(dir.path()) == 1
+    });
+    let sent = Instant::now();
+    signal(zklock.id() as i32, libc::SIGTERM);
+    assert_eq!(exit_of(&mut zklock), 128 + libc::SIGKILL);
+    let took = sent.elapsed();
+    assert!(took < PROMPTLY, "second TERM took {took:?} to kill");
+    assert!(!pid_alive(command));
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn kill_after_escalates_one_term_to_sigkill() {
+    let zk = inspector();
+    let path = unique_path("kill-after");
+    let dir = TempDir::new();
+    let mut zklock = spawn_script(&path, &["--kill-after", "0.5s"], OUTLASTS_TERM, dir.path());
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+
+    let sent = Instant::now();
+    signal(zklock.id() as i32, libc::SIGTERM);
+    assert_eq!(exit_of(&mut zklock), 128 + libc::SIGKILL);
+    let took = sent.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(10),
+        "killed {took:?} after TERM with --kill-after 0.5s"
+    );
+    assert_eq!(
+        terms_seen(dir.path()),
+        1,
+        "the command should see TERM once"
+    );
+    assert!(!pid_alive(command));
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn kill_9_of_zklock_kills_the_command_and_frees_the_lock_within_a_session() {
+    const SESSION: Duration = Duration::from_secs(4);
+    let zk = inspector();
+    let path = unique_path("kill-9");
+    let dir = TempDir::new();
+    let mut holder = spawn_script(
+        &path,
+        &["--session-timeout", "4s", "--kill-after", "0.2s"],
+        r#"echo $$ > "$1/command"; exec sleep 300"#,
+        dir.path(),
+    );
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+    let mut waiter = Gated::spawn(zklock_run(&shared_server().connect_string(), &path));
+    wait_until(LONG, "waiter queued", || zk.children(&path).len() == 2);
+
+    let killed = Instant::now();
+    signal(holder.id() as i32, libc::SIGKILL);
+    assert!(
+        wait_pid_gone(command, PROMPTLY),
+        "the command outlived zklock"
+    );
+    holder.wait().unwrap();
+    waiter.wait_started(LONG);
+    let took = killed.elapsed();
+    eprintln!("lock passed on {took:?} after kill -9 (session {SESSION:?})");
+    // The server expires the session up to about a tick after the timeout; allow for a
+    // busy machine on top.
+    assert!(
+        took < SESSION + PROMPTLY,
+        "next waiter got the lock {took:?} after kill -9"
+    );
+    assert!(waiter.finish().success());
+    assert_no_nodes(&zk, &path);
+}

@@ -1,0 +1,121 @@
+//! Bad command lines: exit 64, one line on stderr, and nothing done in ZooKeeper.
+
+use std::time::Duration;
+
+use crate::harness::{Inspector, assert_no_nodes, run_bounded, shared_server, unique_path, zklock};
+
+#[test]
+fn usage_errors_exit_64_with_one_line_before_connecting() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    // Every lock path below is under `base`, so anything created would show there.
+    let base = unique_path("usage");
+    let lock = format!("{base}/lock");
+    let relative = lock.trim_start_matches('/').to_string();
+    let paths = [
+        ("relative path", relative.as_str()),
+        ("empty component", &format!("{base}//lock")),
+        ("trailing slash", &format!("{lock}/")),
+        ("`.` component", &format!("{base}/./lock")),
+        ("`..` component", &format!("{lock}/..")),
+        ("control character", &format!("{base}/lo\u{1}ck")),
+        ("newline", &format!("{base}/lo\nck")),
+        ("/zookeeper", "/zookeeper"),
+        ("under /zookeeper", "/zookeeper/lock"),
+    ]
+    .map(|(why, path)| {
+        (
+            why,
+            ["-z", &connect, path, "--", "true"]
+                .map(String::from)
+                .to_vec(),
+        )
+    });
+    // With a reachable server, so that a wrongly accepted command line would show up
+    // as a node under `base`.
+    let args = |list: &[&str]| {
+        ["-z", connect.as_str()]
+            .iter()
+            .chain(list)
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+    };
+    let others = [
+        ("missing command", args(&[&lock])),
+        ("missing command after --", args(&[&lock, "--"])),
+        (
+            "-c and a command",
+            args(&[&lock, "-c", "true", "--", "true"]),
+        ),
+        (
+            "bad --timeout",
+            args(&["--timeout", "soon", &lock, "--", "true"]),
+        ),
+        (
+            "negative --timeout",
+            args(&["-w", "-1", &lock, "--", "true"]),
+        ),
+        (
+            "bad --session-timeout",
+            args(&["--session-timeout", "10 parsecs", &lock, "--", "true"]),
+        ),
+        (
+            "bad --connect-timeout",
+            args(&["--connect-timeout", "1.2.3", &lock, "--", "true"]),
+        ),
+        (
+            "bad --kill-after",
+            args(&["--kill-after", "x", &lock, "--", "true"]),
+        ),
+        (
+            "--kill-after longer than the session allows",
+            args(&[
+                "--session-timeout",
+                "4s",
+                "--kill-after",
+                "10s",
+                &lock,
+                "--",
+                "true",
+            ]),
+        ),
+        ("-E 256", args(&["-E", "256", &lock, "--", "true"])),
+        ("-E -1", args(&["-E", "-1", &lock, "--", "true"])),
+        (
+            "--timeout with --no-wait",
+            args(&["-w", "1", "-n", &lock, "--", "true"]),
+        ),
+    ];
+    let hosts = [
+        ("empty host list", ""),
+        ("empty host", "127.0.0.1:2181,,127.0.0.1:2182"),
+        ("port out of range", "127.0.0.1:99999"),
+        ("port zero", "127.0.0.1:0"),
+        ("port not a number", "127.0.0.1:zk"),
+        ("space in host", "zk 1:2181"),
+        ("bad chroot", "127.0.0.1:2181/apps/"),
+    ]
+    .map(|(why, hosts)| {
+        (
+            why,
+            ["-z", hosts, &lock, "--", "true"]
+                .map(String::from)
+                .to_vec(),
+        )
+    });
+
+    for (why, case) in paths.into_iter().chain(others).chain(hosts) {
+        let mut cmd = zklock();
+        cmd.arg("run").args(&case);
+        let out = run_bounded(&mut cmd, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(64), "{why}: {case:?}: {out:?}");
+        out.one_error_line();
+        assert!(
+            out.elapsed < Duration::from_secs(5),
+            "{why}: took {:?}",
+            out.elapsed
+        );
+    }
+    assert_no_nodes(&zk, &base);
+    assert!(!zk.exists(&base), "{base} was created");
+}
