@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exit::{CONFLICT_DEFAULT, EXIT_CODE_HELP};
 use crate::lease::OnDisconnect;
+use crate::recipe::LockKind;
 
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
 ///
@@ -47,9 +48,11 @@ Environment given to the command:
     override_usage = "zklock run [OPTIONS] PATH -- CMD [ARGS]...\n       zklock run [OPTIONS] PATH -c STRING"
 )]
 pub struct RunArgs {
-    /// Lock path in ZooKeeper, e.g. /locks/nightly-backup (created as needed).
-    #[arg(value_name = "PATH")]
-    pub path: LockPath,
+    /// Lock path in ZooKeeper, e.g. /locks/nightly-backup (created as
+    /// needed). With several paths, all are taken (in bytewise order, under
+    /// one deadline) before the command starts.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<LockPath>,
 
     /// The command to run and its arguments, given after `--`.
     #[arg(last = true, value_name = "CMD")]
@@ -66,6 +69,25 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub connection: ConnectionArgs,
+
+    /// Take an exclusive lock (the default): no other holder of any kind.
+    #[arg(short = 'x', long, group = "kind")]
+    pub exclusive: bool,
+
+    /// Take a shared (read) lock: other readers may hold it at the same
+    /// time, exclusive and write holders may not.
+    #[arg(short = 's', long, group = "kind")]
+    pub shared: bool,
+
+    /// Take a write lock (Curator's `__WRIT__` node), for sharing a path with
+    /// users of Curator's read/write lock; otherwise the same as --exclusive.
+    #[arg(long, group = "kind")]
+    pub write: bool,
+
+    /// Let up to N commands hold PATH at once (a semaphore). N is recorded
+    /// in PATH; every user of the path must ask for the same N.
+    #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
 
     /// Give up if the lock is not acquired within DURATION (`30s`, `2m`,
     /// or a number of seconds such as `0.5`). Default: wait forever.
@@ -123,6 +145,26 @@ impl RunArgs {
         } else {
             self.timeout.map(|t| t.0)
         }
+    }
+
+    pub fn lock_kind(&self) -> LockKind {
+        match (self.limit, self.shared, self.write) {
+            (Some(limit), _, _) => LockKind::Semaphore(limit),
+            (None, true, _) => LockKind::Read,
+            (None, _, true) => LockKind::Write,
+            _ => LockKind::Exclusive,
+        }
+    }
+
+    /// The lock paths as given; a path given twice is a usage error.
+    pub fn lock_paths(&self) -> Result<Vec<&str>, String> {
+        let paths: Vec<&str> = self.paths.iter().map(LockPath::as_str).collect();
+        for (i, path) in paths.iter().enumerate() {
+            if paths[..i].contains(path) {
+                return Err(format!("{path} is given twice"));
+            }
+        }
+        Ok(paths)
     }
 
     pub fn verbosity(&self) -> Verbosity {
@@ -459,6 +501,10 @@ mod tests {
         assert!(parse(&["zklock", "run", "/l", "-c", "x", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "-w", "1", "-n", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "-E", "256", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "-s", "--write", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "-s", "--limit", "2", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "--limit", "0", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "--", "true"]).is_err());
         let Command::Run(bare) = parse(&["zklock", "run", "/l"]).unwrap().command;
         assert!(
             bare.command_line()
@@ -470,6 +516,42 @@ mod tests {
             .command;
         let line = shell.command_line().unwrap();
         assert_eq!(line[1..], ["-c".into(), "echo hi".into()] as [OsString; 2]);
+    }
+
+    #[test]
+    fn kinds_and_paths() {
+        let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
+            Command::Run(run) => run,
+        };
+        assert_eq!(
+            run(&["zklock", "run", "/l", "--", "true"]).lock_kind(),
+            LockKind::Exclusive
+        );
+        assert_eq!(
+            run(&["zklock", "run", "-x", "/l", "--", "true"]).lock_kind(),
+            LockKind::Exclusive
+        );
+        assert_eq!(
+            run(&["zklock", "run", "-s", "/l", "--", "true"]).lock_kind(),
+            LockKind::Read
+        );
+        assert_eq!(
+            run(&["zklock", "run", "--write", "/l", "--", "true"]).lock_kind(),
+            LockKind::Write
+        );
+        assert_eq!(
+            run(&["zklock", "run", "--limit", "3", "/l", "--", "true"]).lock_kind(),
+            LockKind::Semaphore(3)
+        );
+        assert_eq!(
+            run(&["zklock", "run", "/b", "/a", "--", "true"]).lock_paths(),
+            Ok(vec!["/b", "/a"])
+        );
+        assert!(
+            run(&["zklock", "run", "/a", "/b", "/a", "--", "true"])
+                .lock_paths()
+                .is_err()
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! zklock: run a command while holding a distributed lock in ZooKeeper.
 
+mod acquire;
 mod app;
 mod child;
 mod cli;
