@@ -308,21 +308,28 @@ impl Report {
     /// Progress, shown with `-v`.
     fn info(self, message: std::fmt::Arguments<'_>) {
         if self.0 >= Verbosity::Verbose {
-            eprintln!("zklock: {message}");
+            say(message);
         }
     }
 
     /// Expected outcomes worth a line (gave up waiting), hidden by `-q`.
     fn note(self, message: std::fmt::Arguments<'_>) {
         if self.0 >= Verbosity::Normal {
-            eprintln!("zklock: {message}");
+            say(message);
         }
     }
 
     /// Always shown.
     fn error(self, message: std::fmt::Arguments<'_>) {
-        eprintln!("zklock: {message}");
+        say(message);
     }
+}
+
+/// One line on stderr. Unlike `eprintln!`, a closed or broken stderr is
+/// ignored: panicking there would skip the cleanup of our nodes.
+pub fn say(message: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "zklock: {message}");
 }
 
 /// Reports the queue while waiting and remembers who was first, to say who

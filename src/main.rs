@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     match app::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            eprintln!("zklock: {err:#}");
+            app::say(format_args!("{err:#}"));
             Exit::for_error(&err).into()
         }
     }
@@ -45,7 +45,7 @@ fn usage_error(err: clap::Error) -> ExitCode {
             Exit::Usage.into()
         }
         _ => {
-            eprintln!("zklock: {}", one_line(&err.render().to_string()));
+            app::say(format_args!("{}", one_line(&err.render().to_string())));
             Exit::Usage.into()
         }
     }
