@@ -86,12 +86,18 @@ pub struct RunArgs {
 
     /// Let up to N commands hold PATH at once (a semaphore). N is recorded
     /// in PATH; every user of the path must ask for the same N.
-    #[arg(long, value_name = "N", group = "kind", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, group = "kind", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
 
     /// Give up if the lock is not acquired within DURATION (`30s`, `2m`,
     /// or a number of seconds such as `0.5`). Default: wait forever.
-    #[arg(short = 'w', long, value_name = "DURATION", conflicts_with = "no_wait")]
+    #[arg(
+        short = 'w',
+        long,
+        value_name = "DURATION",
+        allow_negative_numbers = true,
+        conflicts_with = "no_wait"
+    )]
     pub timeout: Option<Seconds>,
 
     /// Give up at once if the lock is held (same as --timeout 0).
@@ -99,12 +105,17 @@ pub struct RunArgs {
     pub no_wait: bool,
 
     /// Exit status when the lock is not acquired (0-255).
-    #[arg(short = 'E', long, value_name = "N", default_value_t = CONFLICT_DEFAULT)]
+    #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = CONFLICT_DEFAULT)]
     pub conflict_exit_code: u8,
 
     /// After forwarding a terminating signal, or when the lock is lost, kill
     /// the command's process group if it is still running after DURATION.
-    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_negative_numbers = true,
+        default_value = "5s"
+    )]
     pub kill_after: Seconds,
 
     /// What a lost connection means while the command runs: `lease` keeps
@@ -199,11 +210,21 @@ pub struct ConnectionArgs {
 
     /// Session timeout to ask the ensemble for; the lock is released at most
     /// this long after zklock dies or is cut off.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_negative_numbers = true,
+        default_value = "10s"
+    )]
     pub session_timeout: Seconds,
 
     /// Give up (exit 69) if no session is established within DURATION.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_negative_numbers = true,
+        default_value = "10s"
+    )]
     pub connect_timeout: Seconds,
 }
 
@@ -217,6 +238,9 @@ impl FromStr for Seconds {
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let text = text.trim();
+        if text.starts_with('-') {
+            return Err(format!("`{text}` is negative; durations start at 0"));
+        }
         if text.starts_with(|c: char| c.is_ascii_digit() || c == '.')
             && text.chars().all(|c| c.is_ascii_digit() || c == '.')
         {

@@ -57,5 +57,9 @@ fn one_line(rendered: &str) -> String {
     let first = rendered.split("\n\n").next().unwrap_or(rendered);
     let text = first.strip_prefix("error: ").unwrap_or(first);
     let words: Vec<&str> = text.split_whitespace().collect();
-    format!("{}; see 'zklock run --help'", words.join(" "))
+    // clap quotes the offending value as given, control characters included.
+    format!(
+        "{}; see 'zklock run --help'",
+        holder::escape_controls(&words.join(" "))
+    )
 }
