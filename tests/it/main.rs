@@ -1,4 +1,15 @@
 //! Integration tests: drive the built `zklock` binary against real ZooKeeper servers.
 
+// Diagnostics on stderr are captured by the test runner; the binary itself
+// must never panic on a broken stderr, which is why it denies eprintln!.
+#![allow(clippy::print_stderr)]
+
+mod closed_stderr;
 mod harness;
 mod harness_selftest;
+mod holder_message;
+mod interop;
+mod kind_faults;
+mod multi_path;
+mod semaphore;
+mod shared;

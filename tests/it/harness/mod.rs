@@ -8,6 +8,8 @@ mod client;
 mod cmd;
 mod ensemble;
 mod frames;
+mod holder;
+mod kazoo;
 mod node;
 mod proxy;
 mod server;
@@ -22,6 +24,11 @@ pub use cmd::{
     zklock, zklock_run,
 };
 pub use ensemble::Ensemble;
+pub use holder::{
+    Holder, assert_no_lock_nodes, contenders, ephemerals, is_dead, wait_for_contenders,
+    wait_no_lock_nodes,
+};
+pub use kazoo::{KazooKind, KazooLock, python};
 pub use proxy::{FaultProxy, Mode};
 pub use server::{ServerOptions, ZkServer, shared_server};
 
