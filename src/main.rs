@@ -9,6 +9,7 @@ mod holder;
 mod lease;
 mod recipe;
 mod signals;
+mod values;
 mod zk;
 
 use std::process::ExitCode;

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::acquire::Node;
-use crate::cli::HostList;
 use crate::exit::{ErrorKind, Failure};
+use crate::values::HostList;
 
 /// How long to wait for the server to confirm the end of the session. The
 /// server deletes our ephemerals when it processes the close, so this wait is
