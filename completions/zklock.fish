@@ -32,11 +32,15 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -s c -l command -d 'R
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l limit -d 'Let up to N commands hold PATH at once (a semaphore). N is recorded in PATH; every user of the path must ask for the same N' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s w -l timeout -d 'Give up if the lock is not acquired within DURATION (`30s`, `2m`, or a number of seconds such as `0.5`). Default: wait forever' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired (0-255)' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l on-disconnect -d 'What a lost connection means while the command runs: `lease` keeps it running while the session can still come back (until the lease deadline); `kill` treats any disconnection as losing the lock' -r -f -a "lease\t'Keep running until the lease deadline while the session reconnects'
 kill\t'Any disconnection loses the lock'"
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s x -l exclusive -d 'Take an exclusive lock (the default): no other holder of any kind'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s s -l shared -d 'Take a shared (read) lock: other readers may hold it at the same time, exclusive and write holders may not'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l write -d 'Take a write lock (Curator\'s `__WRIT__` node), for sharing a path with users of Curator\'s read/write lock; otherwise the same as --exclusive'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s n -l no-wait -d 'Give up at once if the lock is held (same as --timeout 0)'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s v -l verbose -d 'Report the connection, the queue position and who holds the lock'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s q -l quiet -d 'Print errors only'

@@ -1,17 +1,19 @@
 //! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
+use crate::acquire::{self, Acquired, Node, Observer, Request};
 use crate::child::{self, Child};
 use crate::cli::{Cli, Command, RunArgs, Verbosity};
 use crate::exit::{Exit, Failure};
 use crate::holder;
 use crate::lease::{self, LeasePolicy};
-use crate::recipe::{self, Acquired, Kind, Node, Observer};
+use crate::recipe::{LockKind, acquisition_order};
 use crate::signals::{Signals, aborts_waiting};
 use crate::zk::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
 
@@ -31,126 +33,86 @@ fn run_locked(args: RunArgs) -> Result<Exit> {
     runtime.block_on(lifecycle(args))
 }
 
+/// Everything decided from the command line before talking to ZooKeeper.
+struct Plan<'a> {
+    args: &'a RunArgs,
+    argv: Vec<OsString>,
+    /// The lock paths as given (for the environment) and in the order they
+    /// are taken.
+    paths: Vec<&'a str>,
+    order: Vec<&'a str>,
+    kind: LockKind,
+    connect: ConnectOptions,
+    wait: bool,
+    data: Vec<u8>,
+    report: Report,
+}
+
+impl<'a> Plan<'a> {
+    fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
+        let argv = args.command_line().map_err(Failure::usage)?;
+        let paths = args.lock_paths().map_err(Failure::usage)?;
+        let plan = Plan {
+            args,
+            data: holder::describe_self(&argv),
+            argv,
+            order: acquisition_order(&paths),
+            paths,
+            kind: args.lock_kind(),
+            connect: ConnectOptions {
+                hosts: args.connection.hosts.clone(),
+                session_timeout: args.connection.session_timeout.0,
+                connect_timeout: args.connection.connect_timeout.0,
+            },
+            wait: args.wait_limit() != Some(Duration::ZERO),
+            report: Report(args.verbosity()),
+        };
+        plan.policy(plan.connect.session_timeout)
+            .check()
+            .map_err(Failure::usage)?;
+        Ok(plan)
+    }
+
+    /// The lease rule for a (requested or granted) session timeout.
+    fn policy(&self, session_timeout: Duration) -> LeasePolicy {
+        LeasePolicy {
+            session_timeout,
+            connection_timeout: connection_timeout_for(session_timeout),
+            kill_after: self.args.kill_after.0,
+            on_disconnect: self.args.on_disconnect,
+        }
+    }
+}
+
 async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let mut signals = Signals::install()?;
-    let report = Report(args.verbosity());
-    let argv = args.command_line().map_err(Failure::usage)?;
-    let path = args.path.as_str();
-    let connect = ConnectOptions {
-        hosts: args.connection.hosts.clone(),
-        session_timeout: args.connection.session_timeout.0,
-        connect_timeout: args.connection.connect_timeout.0,
-    };
-    let policy_for = |session_timeout: Duration| LeasePolicy {
-        session_timeout,
-        connection_timeout: connection_timeout_for(session_timeout),
-        kill_after: args.kill_after.0,
-        on_disconnect: args.on_disconnect,
-    };
-    policy_for(connect.session_timeout)
-        .check()
-        .map_err(Failure::usage)?;
-    let wait_limit = args.wait_limit();
-    let wait = wait_limit != Some(Duration::ZERO);
+    let plan = Plan::new(&args)?;
     let started = Instant::now();
-    let deadline = wait_limit.filter(|_| wait).map(|limit| started + limit);
-    let data = holder::describe_self(&argv);
-
-    let (session, node) = loop {
-        let session = tokio::select! {
-            session = Session::connect(&connect) => session?,
-            signal = abort_signal(&mut signals) => return Ok(Exit::Signal(signal)),
-        };
-        report.info(format_args!(
-            "connected to {} (session {:#x}, timeout {})",
-            connect.hosts.connect_string(),
-            session.id(),
-            humantime::format_duration(session.timeout())
-        ));
-        if let Err(why) = policy_for(session.timeout()).check() {
-            session.close(None).await;
-            return Err(Failure::usage(format!(
-                "the ensemble granted a shorter session: {why}"
-            )));
-        }
-        let mut slot: Option<Node> = None;
-        let mut observer = WaitReport {
-            report,
-            first: None,
-            first_data: None,
-        };
-        let waited = tokio::select! {
-            result = recipe::acquire(session.client(), path, Kind::Exclusive, &data, wait, &mut slot, &mut observer) => {
-                Waited::Done(result)
-            }
-            () = sleep_until(deadline) => Waited::TimedOut,
-            signal = abort_signal(&mut signals) => Waited::Signal(signal),
-        };
-        let node_path = slot.as_ref().map(|node| node.path.as_str());
-        match waited {
-            Waited::Done(Ok(Acquired::Held)) => {
-                break (session, slot.expect("held implies a node"));
-            }
-            Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
-                let holder = observer.holder_description(&session).await;
-                session.close(node_path).await;
-                let why = if wait {
-                    "timed out waiting for"
-                } else {
-                    "not waiting for"
-                };
-                report.note(format_args!("{why} {path}{holder}"));
-                return Ok(Exit::Conflict(args.conflict_exit_code));
-            }
-            Waited::Signal(signal) => {
-                session.close(node_path).await;
-                return Ok(Exit::Signal(signal));
-            }
-            Waited::Done(Ok(Acquired::Lost)) => {
-                session.close(node_path).await;
-                report.info(format_args!(
-                    "our node vanished while waiting; queueing again in a new session"
-                ));
-            }
-            Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                session.close(node_path).await;
-                report.info(format_args!(
-                    "session lost while waiting ({err:#}); queueing again"
-                ));
-            }
-            Waited::Done(Err(err)) => {
-                session.close(node_path).await;
-                return Err(err);
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            report.note(format_args!("timed out waiting for {path}"));
-            return Ok(Exit::Conflict(args.conflict_exit_code));
-        }
+    let (session, held) = match take_locks(&plan, &mut signals).await? {
+        Taken::Held(session, held) => (session, held),
+        Taken::Ended(exit) => return Ok(exit),
     };
-
-    report.info(format_args!(
-        "acquired {path} as {} (fencing token {}) after {}",
-        node.name(),
-        node.czxid,
-        humantime::format_duration(Duration::from_millis(started.elapsed().as_millis() as u64))
-    ));
-    let env = [
-        ("ZKLOCK_PATH", path.to_owned()),
-        ("ZKLOCK_NODE", node.path.clone()),
-        ("ZKLOCK_FENCING_TOKEN", node.czxid.to_string()),
-        ("ZKLOCK_SESSION_ID", format!("{:#x}", session.id())),
-    ];
-    let child = match Child::spawn(&argv, &env) {
+    for node in &held {
+        plan.report.info(format_args!(
+            "acquired {} (fencing token {}) after {}",
+            node.path,
+            node.czxid,
+            humantime::format_duration(Duration::from_millis(started.elapsed().as_millis() as u64))
+        ));
+    }
+    let env = command_environment(&plan.paths, &plan.order, &held, session.id());
+    let child = match Child::spawn(&plan.argv, &env) {
         Ok(child) => child,
         Err(err) => {
-            session.close(Some(&node.path)).await;
+            session.close(&held).await;
             return Err(err);
         }
     };
     let exit = {
-        let lost = lease::lost(session.client(), &node.path, policy_for(session.timeout()));
+        let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
+        let lost = lease::lost(session.client(), &nodes, plan.policy(session.timeout()));
         tokio::pin!(lost);
+        let report = plan.report;
         let mut on_loss = |reason: &str| {
             report.error(format_args!("lock lost: {reason}; terminating the command"))
         };
@@ -163,9 +125,155 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         )
         .await
     };
-    session.close(Some(&node.path)).await;
-    report.info(format_args!("released {path}"));
+    session.close(&held).await;
+    plan.report
+        .info(format_args!("released {}", plan.order.join(" ")));
     Ok(exit)
+}
+
+enum Taken {
+    /// Every lock is ours; the nodes are in acquisition order.
+    Held(Session, Vec<Node>),
+    /// zklock ends without running the command.
+    Ended(Exit),
+}
+
+/// Connects and takes every lock under one deadline. A lost session or node
+/// while waiting means queueing again in a new session, deadline allowing.
+async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
+    let report = plan.report;
+    let deadline = plan
+        .args
+        .wait_limit()
+        .filter(|_| plan.wait)
+        .map(|limit| Instant::now() + limit);
+    loop {
+        let session = tokio::select! {
+            session = Session::connect(&plan.connect) => session?,
+            signal = abort_signal(signals) => return Ok(Taken::Ended(Exit::Signal(signal))),
+        };
+        report.info(format_args!(
+            "connected to {} (session {:#x}, timeout {})",
+            plan.connect.hosts.connect_string(),
+            session.id(),
+            humantime::format_duration(session.timeout())
+        ));
+        if let Err(why) = plan.policy(session.timeout()).check() {
+            session.close(&[]).await;
+            return Err(Failure::usage(format!(
+                "the ensemble granted a shorter session: {why}"
+            )));
+        }
+        let mut owned = Vec::new();
+        let mut observer = WaitReport {
+            report,
+            first: None,
+            first_data: None,
+        };
+        let waited = tokio::select! {
+            result = acquire_all(plan, session.client(), &mut owned, &mut observer) => Waited::Done(result),
+            () = sleep_until(deadline) => Waited::TimedOut,
+            signal = abort_signal(signals) => Waited::Signal(signal),
+        };
+        match waited {
+            Waited::Done(Ok(Acquired::Held(_))) => return Ok(Taken::Held(session, owned)),
+            Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
+                let holder = observer.holder_description(&session).await;
+                session.close(&owned).await;
+                let why = if plan.wait {
+                    "timed out waiting for"
+                } else {
+                    "not waiting for"
+                };
+                report.note(format_args!("{why} {}{holder}", plan.order.join(" ")));
+                return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+            }
+            Waited::Signal(signal) => {
+                session.close(&owned).await;
+                return Ok(Taken::Ended(Exit::Signal(signal)));
+            }
+            Waited::Done(Ok(Acquired::Lost)) => {
+                session.close(&owned).await;
+                report.info(format_args!(
+                    "our node vanished while waiting; queueing again in a new session"
+                ));
+            }
+            Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
+                session.close(&owned).await;
+                report.info(format_args!(
+                    "session lost while waiting ({err:#}); queueing again"
+                ));
+            }
+            Waited::Done(Err(err)) => {
+                session.close(&owned).await;
+                return Err(err);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            report.note(format_args!(
+                "timed out waiting for {}",
+                plan.order.join(" ")
+            ));
+            return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+        }
+    }
+}
+
+/// Takes the locks one by one in acquisition order. On success `owned`
+/// holds exactly the held nodes, in that order.
+async fn acquire_all(
+    plan: &Plan<'_>,
+    client: &zookeeper_client::Client,
+    owned: &mut Vec<Node>,
+    observer: &mut WaitReport,
+) -> Result<Acquired> {
+    let mut last = Acquired::Busy;
+    for dir in &plan.order {
+        let request = Request {
+            client,
+            dir,
+            kind: plan.kind,
+            data: &plan.data,
+            wait: plan.wait,
+        };
+        last = acquire::acquire(&request, owned, observer).await?;
+        if !matches!(last, Acquired::Held(_)) {
+            return Ok(last);
+        }
+    }
+    Ok(last)
+}
+
+/// The contract of DESIGN.md section 7. With several paths, each variable
+/// lists one line per path, in the order the paths were given.
+fn command_environment(
+    paths: &[&str],
+    order: &[&str],
+    held: &[Node],
+    session: i64,
+) -> Vec<(&'static str, String)> {
+    let node_of = |path: &str| {
+        &held[order
+            .iter()
+            .position(|p| *p == path)
+            .expect("every path is held")]
+    };
+    let lines = |f: &dyn Fn(&Node) -> String| {
+        paths
+            .iter()
+            .map(|p| f(node_of(p)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    vec![
+        ("ZKLOCK_PATH", paths.join("\n")),
+        ("ZKLOCK_NODE", lines(&|node| node.path.clone())),
+        (
+            "ZKLOCK_FENCING_TOKEN",
+            lines(&|node| node.czxid.to_string()),
+        ),
+        ("ZKLOCK_SESSION_ID", format!("{session:#x}")),
+    ]
 }
 
 enum Waited {
@@ -200,21 +308,28 @@ impl Report {
     /// Progress, shown with `-v`.
     fn info(self, message: std::fmt::Arguments<'_>) {
         if self.0 >= Verbosity::Verbose {
-            eprintln!("zklock: {message}");
+            say(message);
         }
     }
 
     /// Expected outcomes worth a line (gave up waiting), hidden by `-q`.
     fn note(self, message: std::fmt::Arguments<'_>) {
         if self.0 >= Verbosity::Normal {
-            eprintln!("zklock: {message}");
+            say(message);
         }
     }
 
     /// Always shown.
     fn error(self, message: std::fmt::Arguments<'_>) {
-        eprintln!("zklock: {message}");
+        say(message);
     }
+}
+
+/// One line on stderr. Unlike `eprintln!`, a closed or broken stderr is
+/// ignored: panicking there would skip the cleanup of our nodes.
+pub fn say(message: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "zklock: {message}");
 }
 
 /// Reports the queue while waiting and remembers who was first, to say who
@@ -249,6 +364,13 @@ impl Observer for WaitReport {
 
     fn wants_data(&self) -> bool {
         self.report.0 >= Verbosity::Verbose
+    }
+
+    fn pool_full(&mut self, holders: usize) {
+        self.report.info(format_args!(
+            "all {holders} permits are taken; waiting for one"
+        ));
+        self.first = None;
     }
 }
 

@@ -178,12 +178,21 @@ fn running_in_group(stat: &str, pgid: libc::pid_t) -> bool {
 fn prepare_child(zklock_pid: libc::pid_t, terminal: Option<libc::c_int>) -> io::Result<()> {
     // SAFETY: async-signal-safe syscalls on zero-initialized plain data.
     unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        for signal in 1..libc::SIGRTMAX() {
+        // glibc's sigaction refuses the two signals it reserves (32 and 33),
+        // yet they can arrive ignored (glibc's own posix_spawn leaves them
+        // so), and exec keeps them ignored. The raw syscall resets all of
+        // them. An all-zero kernel sigaction is SIG_DFL with no flags and an
+        // empty mask, whatever the architecture's field order.
+        let default = [0u64; 4];
+        for signal in 1..=64 {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                // Fails harmlessly for the few numbers libc reserves.
-                libc::sigaction(signal, &default, std::ptr::null_mut());
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal,
+                    default.as_ptr(),
+                    std::ptr::null_mut::<u64>(),
+                    8usize,
+                );
             }
         }
         if libc::setpgid(0, 0) != 0 {

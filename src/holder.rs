@@ -33,8 +33,10 @@ pub fn describe(data: &[u8]) -> Option<String> {
             !text.is_empty() && text.len() <= 120 && !text.chars().any(char::is_control);
         return printable.then(|| format!("data {text:?}"));
     };
+    // Node data comes from other hosts: it must not break our one-line
+    // messages or send control sequences to the terminal.
     let field = |name: &str| match fields.get(name) {
-        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::String(s)) => Some(escape_controls(s)),
         Some(Value::Number(n)) => Some(n.to_string()),
         _ => None,
     };
@@ -52,6 +54,19 @@ pub fn describe(data: &[u8]) -> Option<String> {
         text.push_str(&format!(": {command}"));
     }
     Some(text)
+}
+
+/// Shows control characters (newlines, escape sequences) as Rust escapes.
+pub fn escape_controls(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn hostname() -> String {
@@ -106,6 +121,13 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with(": ./backup.sh --full"), "{text}");
+    }
+
+    #[test]
+    fn fields_stay_on_one_line() {
+        let data = br#"{"pid":7,"host":"a\nb","command":"sh -c 'echo a\nsleep 1\u001b[2J'"}"#;
+        let text = describe(data).unwrap();
+        assert_eq!(text, r"pid 7 on a\nb: sh -c 'echo a\nsleep 1\u{1b}[2J'");
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! lock. So the command must be dead by then: TERM at the deadline, KILL K
 //! later, with a margin m for timer granularity and reaping.
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
@@ -85,17 +87,17 @@ impl LeasePolicy {
     }
 }
 
-/// Resolves when the lock held through `node` is lost; never resolves while
-/// it is held. Losing it means: the session expired, was closed or failed
-/// authentication; our node was deleted or belongs to someone else; or the
-/// connection stayed down past the lease deadline.
-pub async fn lost(client: &zk::Client, node: &str, policy: LeasePolicy) -> LossReason {
+/// Resolves when a lock held through one of `nodes` is lost; never resolves
+/// while all are held. Losing one means: the session expired, was closed or
+/// failed authentication; the node was deleted or belongs to someone else;
+/// or the connection stayed down past the lease deadline.
+pub async fn lost(client: &zk::Client, nodes: &[String], policy: LeasePolicy) -> LossReason {
     let mut states = client.state_watcher();
     let mut deadline = None;
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
-    let mut node_check = Box::pin(node_lost(client, node));
+    let mut node_check = Box::pin(any_node_lost(client, nodes));
     loop {
         tokio::select! {
             reason = &mut node_check => return reason,
@@ -103,7 +105,7 @@ pub async fn lost(client: &zk::Client, node: &str, policy: LeasePolicy) -> LossR
                 zk::SessionState::SyncConnected => {
                     deadline = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(node_lost(client, node));
+                    node_check = Box::pin(any_node_lost(client, nodes));
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -120,6 +122,24 @@ pub async fn lost(client: &zk::Client, node: &str, policy: LeasePolicy) -> LossR
             }
         }
     }
+}
+
+/// The first of `nodes` found lost.
+async fn any_node_lost(client: &zk::Client, nodes: &[String]) -> LossReason {
+    let mut checks: Vec<_> = nodes
+        .iter()
+        .map(|node| Box::pin(node_lost(client, node)))
+        .collect();
+    std::future::poll_fn(|cx| {
+        checks
+            .iter_mut()
+            .find_map(|check| match check.as_mut().poll(cx) {
+                Poll::Ready(reason) => Some(Poll::Ready(reason)),
+                Poll::Pending => None,
+            })
+            .unwrap_or(Poll::Pending)
+    })
+    .await
 }
 
 /// Watches our node with a data watch: resolves when it is deleted or is

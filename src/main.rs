@@ -1,5 +1,6 @@
 //! zklock: run a command while holding a distributed lock in ZooKeeper.
 
+mod acquire;
 mod app;
 mod child;
 mod cli;
@@ -8,6 +9,7 @@ mod holder;
 mod lease;
 mod recipe;
 mod signals;
+mod values;
 mod zk;
 
 use std::process::ExitCode;
@@ -25,7 +27,7 @@ fn main() -> ExitCode {
     match app::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            eprintln!("zklock: {err:#}");
+            app::say(format_args!("{err:#}"));
             Exit::for_error(&err).into()
         }
     }
@@ -44,7 +46,7 @@ fn usage_error(err: clap::Error) -> ExitCode {
             Exit::Usage.into()
         }
         _ => {
-            eprintln!("zklock: {}", one_line(&err.render().to_string()));
+            app::say(format_args!("{}", one_line(&err.render().to_string())));
             Exit::Usage.into()
         }
     }
@@ -56,5 +58,9 @@ fn one_line(rendered: &str) -> String {
     let first = rendered.split("\n\n").next().unwrap_or(rendered);
     let text = first.strip_prefix("error: ").unwrap_or(first);
     let words: Vec<&str> = text.split_whitespace().collect();
-    format!("{}; see 'zklock run --help'", words.join(" "))
+    // clap quotes the offending value as given, control characters included.
+    format!(
+        "{}; see 'zklock run --help'",
+        holder::escape_controls(&words.join(" "))
+    )
 }

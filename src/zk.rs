@@ -9,8 +9,9 @@ use anyhow::{Result, anyhow};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::cli::HostList;
+use crate::acquire::Node;
 use crate::exit::{ErrorKind, Failure};
+use crate::values::HostList;
 
 /// How long to wait for the server to confirm the end of the session. The
 /// server deletes our ephemerals when it processes the close, so this wait is
@@ -146,17 +147,19 @@ impl Session {
         self.client.session_timeout()
     }
 
-    /// Deletes `node` (when given) and ends the session, waiting for the
+    /// Deletes `nodes` (last first) and ends the session, waiting for the
     /// server to confirm each step, within bounds. Failing to delete is not
     /// fatal: closing the session deletes all our ephemerals, and if even
-    /// that cannot reach the server, the node dies with the session.
-    pub async fn close(self, node: Option<&str>) {
-        if let Some(node) = node {
-            let bound = self.connection_timeout.max(CLOSE_WAIT);
-            let deleting = retrying(|| self.client.delete(node, None));
-            // NoNode is fine: someone (an operator, expiry) deleted it already.
-            let _ = tokio::time::timeout(bound, deleting).await;
-        }
+    /// that cannot reach the server, the nodes die with the session.
+    pub async fn close(self, nodes: &[Node]) {
+        let bound = self.connection_timeout.max(CLOSE_WAIT);
+        let deleting = async {
+            for node in nodes.iter().rev() {
+                // NoNode is fine: someone (an operator, expiry) deleted it already.
+                let _ = retrying(|| self.client.delete(&node.path, None)).await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, deleting).await;
         let Session {
             client, mut states, ..
         } = self;

@@ -112,8 +112,6 @@ fn conflict_exit_code_replaces_75() {
 }
 
 #[test]
-#[ignore = "bug: the holder's command line from its node data is printed raw, so a \
-            multi-line `sh -c` script breaks the message over several lines"]
 fn gave_up_message_is_one_line_whatever_the_holder_command() {
     // The gated holder's command is a multi-line `sh -c` script.
     let lock = HeldLock::new("conflict-message");

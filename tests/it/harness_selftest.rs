@@ -203,7 +203,9 @@ fn lock_log_oracles() {
 
     let mut held = Command::new("sh")
         .arg("-c")
-        .arg(log.shell_body("sleep 30"))
+        // A foreground `sleep` would defer the TERM trap until it ends when
+        // the signal lands before sh starts it; `wait` is interruptible.
+        .arg(log.shell_body("sleep 30 & wait $!"))
         .env("ZKLOCK_FENCING_TOKEN", "20")
         .process_group(0)
         .spawn()

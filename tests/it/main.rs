@@ -1,5 +1,10 @@
 //! Integration tests: drive the built `zklock` binary against real ZooKeeper servers.
 
+// Diagnostics on stderr are captured by the test runner; the binary itself
+// must never panic on a broken stderr, which is why it denies eprintln!.
+#![allow(clippy::print_stderr)]
+
+mod closed_stderr;
 mod conflict;
 mod connect;
 mod exclusion;
@@ -9,7 +14,13 @@ mod faults_server;
 mod faults_util;
 mod harness;
 mod harness_selftest;
+mod holder_message;
+mod interop;
+mod kind_faults;
+mod multi_path;
 mod run_basics;
+mod semaphore;
+mod shared;
 mod signals;
 mod terminal;
 mod usage;

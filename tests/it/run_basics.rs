@@ -234,8 +234,6 @@ fn command_starts_with_no_signal_blocked_or_ignored() {
 }
 
 #[test]
-#[ignore = "bug: zklock leaves signal 32 ignored in the command when it inherited it \
-            (glibc's sigaction refuses 32/33; resetting them needs the raw rt_sigaction syscall)"]
 fn command_starts_with_glibc_reserved_signals_not_ignored() {
     // zklock spawned through posix_spawn starts with 32 and 33 ignored.
     let masks = command_signal_masks("sigstate-reserved", |_| {});

@@ -9,6 +9,8 @@ mod cmd;
 mod ensemble;
 mod frames;
 mod gated;
+mod holder;
+mod kazoo;
 mod node;
 mod process;
 mod proxy;
@@ -26,6 +28,11 @@ pub use cmd::{
 };
 pub use ensemble::Ensemble;
 pub use gated::Gated;
+pub use holder::{
+    Holder, assert_no_lock_nodes, contenders, ephemerals, is_dead, wait_for_contenders,
+    wait_no_lock_nodes,
+};
+pub use kazoo::{KazooKind, KazooLock, python};
 pub use process::{
     KillGroupOnDrop, Outcome, assert_no_nodes, pid_alive, read_pid_file, run_bounded, wait_pid_gone,
 };

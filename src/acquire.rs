@@ -1,0 +1,375 @@
+//! Taking locks in ZooKeeper: the acquire loops over the client's
+//! primitives (create with Stat, list, getData watch, sync, delete), driven
+//! by the pure helpers of `recipe.rs`.
+
+use anyhow::{Context, Result, bail};
+use zookeeper_client as zk;
+
+use crate::exit::Failure;
+use crate::recipe::{
+    self, LEASE, LOCK, LockKind, READ, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing, WRITE,
+};
+use crate::zk::{is_connection_loss, retrying};
+
+/// A node of ours, once the server has it.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Full path (under the chroot, as clients of the same `-z` see it).
+    pub path: String,
+    /// The node's czxid: strictly increasing across successive holders.
+    pub czxid: i64,
+}
+
+impl Node {
+    pub fn name(&self) -> &str {
+        self.path
+            .rsplit_once('/')
+            .map_or(&self.path, |(_, name)| name)
+    }
+}
+
+/// Progress of a wait, for reporting.
+pub trait Observer {
+    fn queued(&mut self, node: &Node);
+    /// `ahead` contenders precede us; `first` (a full path) holds the lock or
+    /// is next. `first_data` is its node data when [`Observer::wants_data`].
+    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&[u8]>);
+    /// Whether reading the first node's data (one more round trip, each time
+    /// it changes) is worth it.
+    fn wants_data(&self) -> bool;
+    /// A semaphore's permits are all taken by `holders` leases.
+    fn pool_full(&mut self, holders: usize);
+}
+
+/// How a wait for a lock ended, short of an error.
+#[derive(Debug)]
+pub enum Acquired {
+    Held(Node),
+    /// Not waiting (`--no-wait`), and the lock is taken.
+    Busy,
+    /// Our node vanished while we waited: the session (or the node) is lost.
+    Lost,
+}
+
+/// Everything a caller needs to take one lock.
+pub struct Request<'a> {
+    pub client: &'a zk::Client,
+    pub dir: &'a str,
+    pub kind: LockKind,
+    pub data: &'a [u8],
+    pub wait: bool,
+}
+
+/// Takes the lock at `request.dir`. Every node created is pushed to `owned`
+/// at once (and removed when we delete it), so the caller can clean up even
+/// if this future is dropped at a deadline or by a signal.
+pub async fn acquire(
+    request: &Request<'_>,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Acquired> {
+    match request.kind {
+        LockKind::Exclusive => take_turn(request, request.dir, LOCK, owned, observer).await,
+        LockKind::Read => take_turn(request, request.dir, READ, owned, observer).await,
+        LockKind::Write => take_turn(request, request.dir, WRITE, owned, observer).await,
+        LockKind::Semaphore(limit) => acquire_permit(request, limit, owned, observer).await,
+    }
+}
+
+/// Queues a `marker` node in `dir` and waits until nothing that excludes it
+/// precedes it. Only the nearest such node is watched (a data watch).
+async fn take_turn(
+    request: &Request<'_>,
+    dir: &str,
+    marker: &str,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Acquired> {
+    let client = request.client;
+    let node = create_node(client, dir, marker, request.data).await?;
+    observer.queued(&node);
+    let me = node.name().to_owned();
+    owned.push(node);
+    let mut reported_first = String::new();
+    loop {
+        let children = retrying(|| client.list_children(dir))
+            .await
+            .context("listing the lock's queue")?;
+        if dir == request.dir && recipe::looks_like_semaphore(&children) {
+            refuse_semaphore_as_lock(client, dir).await?;
+        }
+        let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
+            Standing::Held => {
+                return Ok(Acquired::Held(owned.last().expect("pushed above").clone()));
+            }
+            Standing::Missing => return Ok(Acquired::Lost),
+            Standing::Waiting {
+                predecessor,
+                ahead,
+                first,
+            } => (predecessor, ahead, format!("{dir}/{first}")),
+        };
+        let first_data = match observer.wants_data() && first != reported_first {
+            true => client.get_data(&first).await.ok().map(|(data, _)| data),
+            false => None,
+        };
+        observer.waiting(ahead, &first, first_data.as_deref());
+        reported_first = first;
+        if !request.wait {
+            return Ok(Acquired::Busy);
+        }
+        let predecessor = format!("{dir}/{predecessor}");
+        // A data watch, not an exists watch: on a node that is already gone,
+        // an exists watch would stay behind on the server as a creation watch.
+        match retrying(|| client.get_and_watch_data(&predecessor)).await {
+            Err(zk::Error::NoNode) => continue,
+            Err(err) => return Err(err).context("watching the node ahead of us"),
+            // Any event (deletion, data change, session end) means: look again.
+            Ok((_data, _stat, watcher)) => drop(watcher.changed().await),
+        }
+    }
+}
+
+/// A plain lock asked for on a semaphore's path would not exclude the
+/// semaphore's holders: refuse it, saying what the path is.
+async fn refuse_semaphore_as_lock(client: &zk::Client, dir: &str) -> Result<()> {
+    let limit = retrying(|| client.get_data(dir))
+        .await
+        .ok()
+        .and_then(|(data, _)| recipe::decode_limit(&data));
+    match limit {
+        Some(limit) => Err(Failure::usage(format!(
+            "{dir} is a semaphore of {limit}; take it with --limit {limit}"
+        ))),
+        // A plain lock that merely has a child named like a semaphore's.
+        None => Ok(()),
+    }
+}
+
+/// A permit of the semaphore at `request.dir` (Curator's
+/// `InterProcessSemaphoreV2` recipe): take the gate (an exclusive lock on
+/// `dir/locks`), create our lease in `dir/leases`, and while holding the
+/// gate, wait until at most `limit` leases exist; then release the gate.
+/// Only the gate holder watches the pool, so a release wakes one process.
+async fn acquire_permit(
+    request: &Request<'_>,
+    limit: u32,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Acquired> {
+    let client = request.client;
+    claim_semaphore(client, request.dir, limit).await?;
+    let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
+    let gate = if request.wait {
+        let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
+        match take_turn(request, &gate_dir, LOCK, owned, observer).await? {
+            Acquired::Held(gate) => Some(gate),
+            other => return Ok(other),
+        }
+    } else {
+        // Without waiting there is nothing to be fair about: create, count,
+        // give up if over. Still safe: of any set of holders, the one whose
+        // lease came last counted all the others.
+        None
+    };
+    let lease = create_node(client, &leases, LEASE, request.data).await?;
+    owned.push(lease.clone());
+    loop {
+        let (children, watcher) = retrying(|| client.list_and_watch_children(&leases))
+            .await
+            .context("listing the semaphore's leases")?;
+        if !children.iter().any(|c| c == lease.name()) {
+            return Ok(Acquired::Lost);
+        }
+        if children.len() <= limit as usize {
+            break;
+        }
+        if gate.is_none() {
+            return Ok(Acquired::Busy);
+        }
+        observer.pool_full(children.len() - 1);
+        watcher.changed().await;
+    }
+    if let Some(gate) = gate {
+        match retrying(|| client.delete(&gate.path, None)).await {
+            Ok(()) | Err(zk::Error::NoNode) => owned.retain(|n| n.path != gate.path),
+            Err(err) => return Err(err).context("releasing the semaphore's gate"),
+        }
+    }
+    // A plain lock taken on this path while its semaphore children were
+    // being reaped could not see us; one of the two must see the other, and
+    // this look after our own node exists is ours.
+    let children = retrying(|| client.list_children(request.dir))
+        .await
+        .context("listing the semaphore")?;
+    if children
+        .iter()
+        .any(|c| recipe::parse_contender(c).is_some())
+    {
+        bail!(Failure::usage(format!(
+            "{} is in use as a plain lock, not a semaphore",
+            request.dir
+        )));
+    }
+    Ok(Acquired::Held(lease))
+}
+
+/// Makes `dir` a semaphore of `limit` (its data), or checks that it is one.
+/// A path in use as a plain lock, or a semaphore of another limit, is refused.
+async fn claim_semaphore(client: &zk::Client, dir: &str, limit: u32) -> Result<()> {
+    let wanted = recipe::encode_limit(limit);
+    loop {
+        match create_dir(client, dir, &wanted).await {
+            Ok(()) => return Ok(()),
+            Err(zk::Error::NodeExists) => {}
+            Err(zk::Error::NoNode) if parent(dir) == "/" => {
+                bail!("cannot create {dir}: the chroot given with -z does not exist");
+            }
+            Err(zk::Error::NoNode) => {
+                create_ancestors(client, parent(dir)).await?;
+                continue;
+            }
+            Err(err) => return Err(err).context(format!("creating {dir}")),
+        }
+        let (data, stat) = match retrying(|| client.get_data(dir)).await {
+            Err(zk::Error::NoNode) => continue, // an empty container, just reaped
+            result => result.context(format!("reading {dir}"))?,
+        };
+        if data == wanted {
+            return Ok(());
+        }
+        if let Some(other) = recipe::decode_limit(&data) {
+            bail!(Failure::usage(format!(
+                "{dir} is a semaphore of {other}, not {limit}"
+            )));
+        }
+        if !data.is_empty() {
+            bail!(Failure::usage(format!(
+                "{dir} holds data that is not a semaphore limit"
+            )));
+        }
+        let children = retrying(|| client.list_children(dir))
+            .await
+            .context(format!("listing {dir}"))?;
+        if children
+            .iter()
+            .any(|c| recipe::parse_contender(c).is_some())
+        {
+            bail!(Failure::usage(format!(
+                "{dir} is in use as a plain lock, not a semaphore"
+            )));
+        }
+        // An empty directory (a plain lock's leftover container, or one
+        // created before us): claim it, unless someone changed it meanwhile.
+        match retrying(|| client.set_data(dir, &wanted, Some(stat.version))).await {
+            Ok(_) => return Ok(()),
+            Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
+            Err(err) => return Err(err).context(format!("claiming {dir}")),
+        }
+    }
+}
+
+/// Creates our EPHEMERAL_SEQUENTIAL node `dir/_c_<uuid><marker><seq>` with
+/// create2 (for the czxid), creating missing ancestors, and recovering a
+/// create whose reply was lost.
+async fn create_node(client: &zk::Client, dir: &str, marker: &str, data: &[u8]) -> Result<Node> {
+    let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let requested = format!("{dir}/{prefix}");
+    loop {
+        match client.create(&requested, data, &options).await {
+            Ok((stat, seq)) => {
+                return Ok(Node {
+                    path: format!("{requested}{seq}"),
+                    czxid: stat.czxid,
+                });
+            }
+            // The directory is missing, or a container was reaped under us.
+            Err(zk::Error::NoNode) => create_ancestors(client, dir).await?,
+            Err(err) if is_connection_loss(&err) => {
+                if let Some(node) = find_own_node(client, dir, &prefix).await? {
+                    return Ok(node);
+                }
+            }
+            Err(err) => return Err(err).context(format!("creating a lock node under {dir}")),
+        }
+    }
+}
+
+/// After a create's outcome was lost: sync so our read sees every write the
+/// server acknowledged, then adopt the child carrying our uuid, but only if
+/// this session owns it.
+async fn find_own_node(client: &zk::Client, dir: &str, prefix: &str) -> Result<Option<Node>> {
+    retrying(|| client.sync(dir))
+        .await
+        .context("syncing the lock directory")?;
+    let children = match retrying(|| client.list_children(dir)).await {
+        Err(zk::Error::NoNode) => return Ok(None),
+        result => result.context("listing the lock directory")?,
+    };
+    for name in children.iter().filter(|c| c.starts_with(prefix)) {
+        let path = format!("{dir}/{name}");
+        match retrying(|| client.get_data(&path)).await {
+            Ok((_, stat)) if stat.ephemeral_owner == client.session_id().0 => {
+                return Ok(Some(Node {
+                    path,
+                    czxid: stat.czxid,
+                }));
+            }
+            Ok(_) | Err(zk::Error::NoNode) => {}
+            Err(err) => return Err(err).context("reading a lock node"),
+        }
+    }
+    Ok(None)
+}
+
+/// Creates a directory node as a container (the server deletes it once it
+/// is empty again), or as a persistent node on servers without containers.
+async fn create_dir(client: &zk::Client, path: &str, data: &[u8]) -> Result<(), zk::Error> {
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    match retrying(|| client.create(path, data, &container)).await {
+        Err(zk::Error::Unimplemented) => {
+            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            retrying(|| client.create(path, data, &persistent))
+                .await
+                .map(drop)
+        }
+        result => result.map(drop),
+    }
+}
+
+/// Creates `dir` and its missing ancestors, top down.
+async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
+    let ancestors: Vec<&str> = dir
+        .match_indices('/')
+        .skip(1)
+        .map(|(i, _)| &dir[..i])
+        .chain([dir])
+        .collect();
+    // An empty container can be reaped between our creating it and creating
+    // its child; starting over a few times outlasts that race.
+    for _attempt in 0..10 {
+        let mut created = 0;
+        for &ancestor in &ancestors {
+            match create_dir(client, ancestor, &[]).await {
+                Ok(()) | Err(zk::Error::NodeExists) => created += 1,
+                Err(zk::Error::NoNode) if created == 0 => {
+                    bail!("cannot create {ancestor}: the chroot given with -z does not exist");
+                }
+                Err(zk::Error::NoNode) => break,
+                Err(err) => return Err(err).context(format!("creating {ancestor}")),
+            }
+        }
+        if created == ancestors.len() {
+            return Ok(());
+        }
+    }
+    bail!("cannot create {dir}: its parents keep disappearing")
+}
+
+fn parent(path: &str) -> &str {
+    match path.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((parent, _)) => parent,
+    }
+}

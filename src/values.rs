@@ -1,0 +1,290 @@
+//! Values parsed from the command line: durations, lock paths, host lists.
+//! Each parser gives the one-line reason a value is refused.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A duration given as humantime (`30s`, `1m 30s`, `250ms`) or as a bare,
+/// possibly fractional, number of seconds (as `flock -w` takes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seconds(pub Duration);
+
+impl FromStr for Seconds {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        if text.starts_with('-') {
+            return Err(format!("`{text}` is negative; durations start at 0"));
+        }
+        if text.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+            && text.chars().all(|c| c.is_ascii_digit() || c == '.')
+        {
+            let seconds: f64 = text
+                .parse()
+                .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+            return Duration::try_from_secs_f64(seconds)
+                .map(Seconds)
+                .map_err(|_| format!("`{text}` seconds is out of range"));
+        }
+        humantime::parse_duration(text)
+            .map(Seconds)
+            .map_err(|err| format!("`{text}` is not a duration ({err}); try 30s, 2m or 0.5"))
+    }
+}
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+/// An absolute ZooKeeper path that may carry a lock: no empty, `.` or `..`
+/// component, no trailing slash, no control characters, not the root and not
+/// under the reserved `/zookeeper`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockPath(String);
+
+impl LockPath {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LockPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for LockPath {
+    type Err = String;
+
+    fn from_str(path: &str) -> Result<Self, Self::Err> {
+        validate_znode_path(path)?;
+        if path == "/" {
+            return Err("the root `/` cannot be a lock path; use e.g. /locks/NAME".into());
+        }
+        if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+            return Err(format!(
+                "`{path}` is under /zookeeper, which ZooKeeper reserves"
+            ));
+        }
+        Ok(LockPath(path.to_owned()))
+    }
+}
+
+/// ZooKeeper's own path rules (PathUtils.validatePath), as a usage error
+/// instead of a server round trip.
+fn validate_znode_path(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!(
+            "`{path}` is not an absolute path (it must start with /)"
+        ));
+    }
+    if path.len() > 1 && path.ends_with('/') {
+        return Err(format!("`{path}` ends with /"));
+    }
+    if let Some(bad) = path.chars().find(|&c| is_forbidden_char(c)) {
+        return Err(format!(
+            "`{}` contains the forbidden character {:?}",
+            path.escape_debug(),
+            bad
+        ));
+    }
+    if path.len() > 1 {
+        for component in path[1..].split('/') {
+            match component {
+                "" => return Err(format!("`{path}` has an empty component (//)")),
+                "." | ".." => return Err(format!("`{path}` has a `{component}` component")),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Surrogates (also forbidden by ZooKeeper) cannot occur in a Rust string.
+fn is_forbidden_char(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+}
+
+/// A validated connect string: `host[:port][,host[:port]...][/chroot]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostList {
+    /// The string handed to the client library, ports filled in.
+    connect_string: String,
+    chroot: Option<String>,
+}
+
+impl HostList {
+    pub fn connect_string(&self) -> &str {
+        &self.connect_string
+    }
+
+    pub fn chroot(&self) -> Option<&str> {
+        self.chroot.as_deref()
+    }
+}
+
+impl FromStr for HostList {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (hosts, chroot) = match text.find('/') {
+            Some(i) => (&text[..i], Some(&text[i..])),
+            None => (text, None),
+        };
+        let chroot = match chroot {
+            None | Some("/") => None,
+            Some(path) => {
+                validate_znode_path(path).map_err(|err| format!("bad chroot: {err}"))?;
+                Some(path.to_owned())
+            }
+        };
+        if hosts.trim().is_empty() {
+            return Err("no host given; expected host:port[,host:port...][/chroot]".into());
+        }
+        let mut normalized = Vec::new();
+        for host in hosts.split(',') {
+            normalized.push(normalize_host(host.trim())?);
+        }
+        let mut connect_string = normalized.join(",");
+        if let Some(chroot) = &chroot {
+            connect_string.push_str(chroot);
+        }
+        Ok(HostList {
+            connect_string,
+            chroot,
+        })
+    }
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`; a missing port means 2181.
+fn normalize_host(host: &str) -> Result<String, String> {
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let (v6, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("`{host}`: unclosed ["))?;
+        let port = match after {
+            "" => None,
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| format!("`{host}`: expected :port after ]"))?,
+            ),
+        };
+        (format!("[{v6}]"), port)
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) => (name.to_owned(), Some(port)),
+            None => (host.to_owned(), None),
+        }
+    };
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._[]:".contains(c))
+    };
+    if !valid_name(&name) || name.contains(':') && !name.starts_with('[') {
+        return Err(format!("`{host}` is not a valid host; expected host:port"));
+    }
+    let port = match port {
+        None => 2181,
+        Some(port) => match port.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return Err(format!("`{host}` has a bad port; expected 1-65535")),
+        },
+    };
+    Ok(format!("{name}:{port}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let secs = |s: &str| s.parse::<Seconds>().map(|d| d.0);
+        assert_eq!(secs("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(secs("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(secs("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(secs("1m 30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(secs("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(secs("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(secs("0"), Ok(Duration::ZERO));
+        for bad in [
+            "",
+            "-1",
+            "abc",
+            "1.2.3",
+            "10 parsecs",
+            "1e999",
+            "nan",
+            "-5s",
+        ] {
+            assert!(secs(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn lock_paths() {
+        for good in [
+            "/a",
+            "/locks/nightly-backup",
+            "/a/b/c",
+            "/zookeeperish",
+            "/ä/ü",
+        ] {
+            assert!(good.parse::<LockPath>().is_ok(), "{good} refused");
+        }
+        for bad in [
+            "",
+            "a",
+            "locks/x",
+            "/",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/a/..",
+            "/.",
+            "/a\nb",
+            "/a\u{0}",
+            "/zookeeper",
+            "/zookeeper/quota",
+            "/a\u{7f}",
+        ] {
+            assert!(bad.parse::<LockPath>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn host_lists() {
+        let parse = |s: &str| s.parse::<HostList>();
+        let one = parse("127.0.0.1:2181").unwrap();
+        assert_eq!(one.connect_string(), "127.0.0.1:2181");
+        assert_eq!(one.chroot(), None);
+        let many = parse("zk1:2181, zk2,zk3:2888/apps/x").unwrap();
+        assert_eq!(many.connect_string(), "zk1:2181,zk2:2181,zk3:2888/apps/x");
+        assert_eq!(many.chroot(), Some("/apps/x"));
+        assert_eq!(parse("[::1]:2181").unwrap().connect_string(), "[::1]:2181");
+        assert_eq!(parse("[::1]").unwrap().connect_string(), "[::1]:2181");
+        assert_eq!(parse("zk1:2181/").unwrap().chroot(), None);
+        for bad in [
+            "",
+            ",",
+            "zk1:",
+            "zk1:0",
+            "zk1:99999",
+            "zk1:abc",
+            "zk1,,zk2",
+            "zk1:2181/a/",
+            "zk 1",
+            "[::1",
+            "::1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

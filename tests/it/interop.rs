@@ -1,0 +1,311 @@
+//! Other clients' locks on the same path: kazoo's (Python, from PyPI) `Lock`,
+//! `ReadLock` and `WriteLock`, and the Curator-compatible lock of the
+//! `zookeeper-client` crate. Each side must see the other's nodes as contenders.
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use zookeeper_client::{Acls, CreateMode, LockOptions, LockPrefix};
+
+use crate::harness::{
+    EntryKind, Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, assert_no_lock_nodes,
+    contenders, shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_no_lock_nodes,
+    zklock_run,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn kazoo(kind: KazooKind, path: &str, timeout: Option<Duration>, log: &LockLog) -> KazooLock {
+    KazooLock::spawn(
+        kind,
+        &shared_server().connect_string(),
+        path,
+        timeout,
+        Some(log),
+    )
+}
+
+fn run_no_wait(path: &str, args: &[&str], log: &LockLog) -> Output {
+    zklock_run(&shared_server().connect_string(), path)
+        .args(args)
+        .args(["-n", "--", "sh", "-c"])
+        .arg(log.shell_body("true"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run zklock")
+}
+
+fn assert_code(output: &Output, code: i32, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{what}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A zklock that waits (bounded) for the lock, logs its turn and exits.
+fn waiting_zklock(path: &str, args: &[&str], log: &LockLog) -> KillOnDrop {
+    KillOnDrop(
+        zklock_run(&shared_server().connect_string(), path)
+            .args(args)
+            .args(["-w", "60s", "--", "sh", "-c"])
+            .arg(log.shell_body("true"))
+            .spawn()
+            .expect("spawn zklock"),
+    )
+}
+
+fn assert_exits_ok(child: &mut KillOnDrop) {
+    let status = wait_for_exit(child, LONG).expect("zklock gets the lock and exits");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// The holders' ids in the order they started.
+fn start_order(log: &LockLog) -> Vec<u32> {
+    log.entries()
+        .iter()
+        .filter(|e| e.kind == EntryKind::Start)
+        .map(|e| e.id)
+        .collect()
+}
+
+#[test]
+fn kazoo_lock_excludes_zklock() {
+    let path = unique_path("kazoo-lock-held");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let log = LockLog::new();
+    let mut k = kazoo(KazooKind::Lock, &path, None, &log);
+    k.expect("acquired", LONG);
+    assert_code(
+        &run_no_wait(&path, &[], &log),
+        75,
+        "zklock -n while kazoo holds",
+    );
+
+    let mut z = waiting_zklock(&path, &[], &log);
+    wait_for_contenders(&zk, &path, "-lock-", 1);
+    assert_eq!(
+        log.starts(),
+        1,
+        "zklock waits for kazoo:\n{}",
+        log.contents()
+    );
+    k.release(LONG);
+    assert_exits_ok(&mut z);
+    log.assert_exclusive();
+    assert_eq!(log.starts(), 2);
+    assert_no_lock_nodes(&zk, &path);
+}
+
+#[test]
+fn zklock_excludes_kazoo_lock() {
+    let path = unique_path("kazoo-lock-waits");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let log = LockLog::new();
+    let mut z = Holder::start(
+        &mut zklock_run(&shared_server().connect_string(), &path),
+        &log,
+    );
+
+    let mut impatient = kazoo(KazooKind::Lock, &path, Some(Duration::from_secs(1)), &log);
+    impatient.expect("timeout", LONG);
+    impatient.assert_exit(3, LONG);
+
+    let mut k = kazoo(KazooKind::Lock, &path, None, &log);
+    wait_for_contenders(&zk, &path, "__lock__", 1);
+    assert_eq!(k.next_line(Duration::ZERO), None, "kazoo waits for zklock");
+    z.finish();
+    k.expect("acquired", LONG);
+    log.assert_exclusive();
+    assert_eq!(start_order(&log).first(), Some(&z.shell_pid()));
+    k.release(LONG);
+    assert_no_lock_nodes(&zk, &path);
+}
+
+#[test]
+fn kazoo_read_lock_and_zklock_shared_share() {
+    let path = unique_path("kazoo-read-share");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let log = LockLog::new();
+    let mut kr = kazoo(KazooKind::ReadLock, &path, None, &log);
+    kr.expect("acquired", LONG);
+    assert_code(
+        &run_no_wait(&path, &["-s"], &log),
+        0,
+        "zklock -s beside a kazoo reader",
+    );
+    assert_code(
+        &run_no_wait(&path, &["-x"], &log),
+        75,
+        "zklock -x beside a kazoo reader",
+    );
+    assert_eq!(log.max_concurrency(), 2, "{}", log.contents());
+    kr.release(LONG);
+
+    let mut z = Holder::start(
+        zklock_run(&shared_server().connect_string(), &path).arg("-s"),
+        &log,
+    );
+    let mut kr = kazoo(
+        KazooKind::ReadLock,
+        &path,
+        Some(Duration::from_secs(20)),
+        &log,
+    );
+    kr.expect("acquired", LONG);
+    kr.release(LONG);
+    z.finish();
+    assert_no_lock_nodes(&zk, &path);
+}
+
+#[test]
+fn kazoo_write_lock_excludes_zklock_shared() {
+    let path = unique_path("kazoo-write");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let log = LockLog::new();
+    let mut kw = kazoo(KazooKind::WriteLock, &path, None, &log);
+    kw.expect("acquired", LONG);
+    assert_code(
+        &run_no_wait(&path, &["-s"], &log),
+        75,
+        "zklock -s beside a kazoo writer",
+    );
+
+    let mut z = waiting_zklock(&path, &["-s"], &log);
+    wait_for_contenders(&zk, &path, "__READ__", 1);
+    assert_eq!(
+        log.starts(),
+        1,
+        "zklock -s waits for kazoo:\n{}",
+        log.contents()
+    );
+    kw.release(LONG);
+    assert_exits_ok(&mut z);
+    log.assert_exclusive();
+
+    // And the other way: kazoo's writer sees zklock's reader.
+    let mut z = Holder::start(
+        zklock_run(&shared_server().connect_string(), &path).arg("-s"),
+        &log,
+    );
+    let mut kw = kazoo(
+        KazooKind::WriteLock,
+        &path,
+        Some(Duration::from_secs(1)),
+        &log,
+    );
+    kw.expect("timeout", LONG);
+    kw.assert_exit(3, LONG);
+    z.finish();
+    assert_no_lock_nodes(&zk, &path);
+}
+
+#[test]
+fn kazoo_read_lock_waits_for_zklock_exclusive() {
+    let path = unique_path("kazoo-read-waits");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let log = LockLog::new();
+    let mut z = Holder::start(
+        &mut zklock_run(&shared_server().connect_string(), &path),
+        &log,
+    );
+    let mut kr = kazoo(KazooKind::ReadLock, &path, None, &log);
+    wait_for_contenders(&zk, &path, "__rlock__", 1);
+    assert_eq!(kr.next_line(Duration::ZERO), None, "kazoo's reader waits");
+    z.finish();
+    kr.expect("acquired", LONG);
+    log.assert_exclusive();
+    assert_eq!(start_order(&log).first(), Some(&z.shell_pid()));
+    kr.release(LONG);
+    assert_no_lock_nodes(&zk, &path);
+}
+
+/// What `zookeeper-client` needs to take its Curator-style lock at any path.
+fn crate_lock_options() -> LockOptions<'static> {
+    LockOptions::new(Acls::anyone_all())
+        .with_ancestor_options(CreateMode::Container.with_acls(Acls::anyone_all()))
+        .expect("lock options")
+}
+
+#[test]
+fn crate_curator_lock_excludes_zklock() {
+    let connect = shared_server().connect_string();
+    let path = unique_path("crate-lock-held");
+    let zk = Inspector::connect(&connect);
+    let locker = Inspector::connect(&connect);
+    let client = locker.client();
+    let log = LockLog::new();
+    let prefix = LockPrefix::new_curator(&path, "lock-").expect("lock prefix");
+    let lock = locker
+        .run(async {
+            tokio::time::timeout(LONG, client.lock(prefix, b"crate", crate_lock_options())).await
+        })
+        .expect("the crate takes a free lock in time")
+        .expect("the crate's lock");
+    assert_code(
+        &run_no_wait(&path, &[], &log),
+        75,
+        "zklock -n while the crate holds",
+    );
+
+    let mut z = waiting_zklock(&path, &[], &log);
+    wait_for_contenders(&zk, &path, "-lock-", 2);
+    assert_eq!(log.starts(), 0, "zklock waits for the crate's lock");
+    let crate_node = lock.lock_path().to_string();
+    // Dropping deletes the node from a task on the inspector's runtime.
+    locker.run(async move { drop(lock) });
+    assert_exits_ok(&mut z);
+    assert!(!zk.exists(&crate_node));
+    assert_eq!(log.starts(), 1);
+    assert_no_lock_nodes(&zk, &path);
+}
+
+#[test]
+fn zklock_excludes_crate_curator_lock() {
+    let connect = shared_server().connect_string();
+    let path = unique_path("crate-lock-waits");
+    let zk = Inspector::connect(&connect);
+    let locker = Inspector::connect(&connect);
+    let client = locker.client();
+    let log = LockLog::new();
+    let mut z = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let prefix = LockPrefix::new_curator(&path, "lock-").expect("lock prefix");
+    let lock = locker.run(async {
+        let locking = client.lock(prefix, b"crate", crate_lock_options());
+        tokio::pin!(locking);
+        let early = tokio::time::timeout(Duration::from_secs(1), &mut locking).await;
+        assert!(
+            early.is_err(),
+            "the crate got the lock while zklock holds it"
+        );
+        let queued = client.list_children(&path).await.expect("list");
+        assert_eq!(
+            queued.iter().filter(|c| c.contains("-lock-")).count(),
+            2,
+            "the crate queued behind zklock: {queued:?}"
+        );
+        z.release();
+        let lock = tokio::time::timeout(LONG, locking)
+            .await
+            .expect("the crate gets the lock once zklock releases")
+            .expect("the crate's lock");
+        // zklock's command ended before the crate got the lock.
+        let entries = log.entries();
+        assert_eq!(
+            entries.iter().map(|e| e.kind).collect::<Vec<_>>(),
+            [EntryKind::Start, EntryKind::End],
+            "{}",
+            log.contents()
+        );
+        lock
+    });
+    assert_eq!(z.wait(LONG).code(), Some(0));
+    assert_eq!(
+        contenders(&zk, &path, "-lock-"),
+        [lock.lock_path().to_string()],
+        "only the crate's node is left"
+    );
+    locker.run(async move { drop(lock) });
+    wait_no_lock_nodes(&zk, &path, LONG);
+}
