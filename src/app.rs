@@ -110,7 +110,16 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
     };
     let exit = {
         let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
-        let lost = lease::lost(session.client(), &nodes, plan.policy(session.timeout()));
+        let reattach = lease::Reattach {
+            hosts: plan.connect.hosts.connect_string().to_owned(),
+            session: session.client().session().clone(),
+        };
+        let lost = lease::lost(
+            session.client(),
+            &nodes,
+            plan.policy(session.timeout()),
+            &reattach,
+        );
         tokio::pin!(lost);
         let report = plan.report;
         let mut on_loss = |reason: &str| {

@@ -16,6 +16,7 @@
 //! later, with a margin m for timer granularity and reaping.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -87,23 +88,41 @@ impl LeasePolicy {
     }
 }
 
+/// How to reach our session from a second connection (see [`probe`]).
+pub struct Reattach {
+    pub hosts: String,
+    pub session: zk::SessionInfo,
+}
+
 /// Resolves when a lock held through one of `nodes` is lost; never resolves
 /// while all are held. Losing one means: the session expired, was closed or
 /// failed authentication; the node was deleted or belongs to someone else;
 /// or the connection stayed down past the lease deadline.
-pub async fn lost(client: &zk::Client, nodes: &[String], policy: LeasePolicy) -> LossReason {
+pub async fn lost(
+    client: &zk::Client,
+    nodes: &[String],
+    policy: LeasePolicy,
+    reattach: &Reattach,
+) -> LossReason {
     let mut states = client.state_watcher();
     let mut deadline = None;
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
     let mut node_check = Box::pin(any_node_lost(client, nodes));
+    let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
+    let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
+    let mut next_probe = Instant::now();
     loop {
+        if deadline.is_some() && probing.is_none() && Instant::now() >= next_probe {
+            probing = Some(Box::pin(probe(reattach, nodes, policy)));
+        }
         tokio::select! {
             reason = &mut node_check => return reason,
             state = states.changed() => match state {
                 zk::SessionState::SyncConnected => {
                     deadline = None;
+                    probing = None;
                     // Check that our node survived the disconnection.
                     node_check = Box::pin(any_node_lost(client, nodes));
                 }
@@ -111,17 +130,76 @@ pub async fn lost(client: &zk::Client, nodes: &[String], policy: LeasePolicy) ->
                     if policy.on_disconnect == OnDisconnect::Kill {
                         return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
                     }
-                    deadline.get_or_insert(Instant::now() + policy.grace());
+                    if deadline.is_none() {
+                        deadline = Some(Instant::now() + policy.grace());
+                        next_probe = Instant::now() + probe_interval;
+                    }
                 }
                 zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
                 zk::SessionState::Closed => return "the ZooKeeper session was closed".into(),
                 zk::SessionState::AuthFailed => return "ZooKeeper authentication failed".into(),
             },
+            outcome = async { probing.as_mut().expect("guarded").await }, if probing.is_some() => {
+                probing = None;
+                next_probe = Instant::now() + probe_interval;
+                match outcome {
+                    Probe::Alive(replied) => deadline = deadline.map(|_| replied + policy.grace()),
+                    Probe::Lost(reason) => return reason,
+                    Probe::Unreachable => {}
+                }
+            }
+            () = sleep_until(next_probe), if deadline.is_some() && probing.is_none() => {}
             () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 return "disconnected from ZooKeeper past the lease deadline (the session may expire)".into();
             }
         }
     }
+}
+
+enum Probe {
+    /// The session and our nodes were there at this instant.
+    Alive(Instant),
+    Lost(LossReason),
+    Unreachable,
+}
+
+/// While the client is disconnected, attaches our session from a second,
+/// short-lived connection and checks our nodes.
+///
+/// The client library backs off exponentially between reconnect attempts
+/// (0.1 s, 0.2 s, ... 3.2 s, 6.4 s), so after an outage of a few seconds it
+/// may not try again before the lease deadline, and a lock the session would
+/// have kept is given up. A successful attach proves the session alive at
+/// that moment and restarts its timeout on the server, so the deadline moves
+/// on; the library's own client reattaches the same session later. The probe
+/// is detached: dropping it must not close the session.
+async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Probe {
+    let connecting = zk::Client::connector()
+        .with_session(reattach.session.clone())
+        .with_session_timeout(policy.session_timeout)
+        .with_connection_timeout(policy.connection_timeout)
+        .with_readonly(false)
+        .with_detached()
+        .connect(&reattach.hosts);
+    let client = match tokio::time::timeout(policy.connection_timeout, connecting).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(zk::Error::SessionExpired)) => {
+            return Probe::Lost("the ZooKeeper session expired".into());
+        }
+        Ok(Err(_)) | Err(_) => return Probe::Unreachable,
+    };
+    let mut replied = Instant::now();
+    for node in nodes {
+        match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
+            Ok(Ok((_, stat))) if stat.ephemeral_owner == reattach.session.id().0 => {
+                replied = Instant::now()
+            }
+            Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
+            Ok(Err(zk::Error::NoNode)) => return Probe::Lost(format!("{node} was deleted")),
+            Ok(Err(_)) | Err(_) => return Probe::Unreachable,
+        }
+    }
+    Probe::Alive(replied)
 }
 
 /// The first of `nodes` found lost.
