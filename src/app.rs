@@ -125,16 +125,22 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         let mut on_loss = |reason: &str| {
             report.error(format_args!("lock lost: {reason}; terminating the command"))
         };
-        child::supervise(
+        let exit = child::supervise(
             child,
             &mut signals,
             lost.as_mut(),
             args.kill_after.0,
             &mut on_loss,
         )
-        .await
+        .await;
+        // Delete while the lease still watches our nodes: the deletion fires
+        // and so consumes that watch. Dropping the lease first would make the
+        // library send a RemoveWatches request, which the server must serve
+        // before the delete that the next waiter is waiting for.
+        session.delete(&held).await;
+        exit
     };
-    session.close(&held).await;
+    session.close(&[]).await;
     plan.report
         .info(format_args!("released {}", plan.order.join(" ")));
     Ok(exit)

@@ -142,6 +142,19 @@ impl Session {
         self.client.session_id().0
     }
 
+    /// Deletes `nodes` (last first), waiting for the server's answers, within
+    /// a bound; the first step of [`Session::close`].
+    pub async fn delete(&self, nodes: &[Node]) {
+        let bound = self.connection_timeout.max(CLOSE_WAIT);
+        let deleting = async {
+            for node in nodes.iter().rev() {
+                // NoNode is fine: someone (an operator, expiry) deleted it already.
+                let _ = retrying(|| self.client.delete(&node.path, None)).await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, deleting).await;
+    }
+
     /// The session timeout the ensemble granted (not necessarily the one asked for).
     pub fn timeout(&self) -> Duration {
         self.client.session_timeout()
@@ -152,14 +165,7 @@ impl Session {
     /// fatal: closing the session deletes all our ephemerals, and if even
     /// that cannot reach the server, the nodes die with the session.
     pub async fn close(self, nodes: &[Node]) {
-        let bound = self.connection_timeout.max(CLOSE_WAIT);
-        let deleting = async {
-            for node in nodes.iter().rev() {
-                // NoNode is fine: someone (an operator, expiry) deleted it already.
-                let _ = retrying(|| self.client.delete(&node.path, None)).await;
-            }
-        };
-        let _ = tokio::time::timeout(bound, deleting).await;
+        self.delete(nodes).await;
         let Session {
             client, mut states, ..
         } = self;
