@@ -13,6 +13,9 @@
 //! nearest preceding one (a data watch) and list again when it goes; run
 //! CMD; delete the node, close the session.
 
+// A benchmark tool, not zklock: plain eprintln! is fine here.
+#![allow(clippy::print_stderr)]
+
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
