@@ -4,9 +4,9 @@
 use std::ffi::OsString;
 use std::future::Future;
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::pin::Pin;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::exit::{ErrorKind, Exit, Failure};
 use crate::signals::{Signals, is_terminating};
+use crate::spawn;
 
 /// How often to look for stragglers in the command's process group after the
 /// command itself exited; there is no event for "the group is empty".
@@ -52,25 +53,11 @@ impl Child {
     /// Starts the command in a new process group with a clean signal state.
     /// Exec failures map to 127 (not found) and 126 (not executable).
     pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child> {
-        let (program, args) = argv
-            .split_first()
+        let program = argv
+            .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
         let terminal = foreground_terminal();
-        // SAFETY: getpid has no preconditions.
-        let zklock_pid = unsafe { libc::getpid() };
-        let mut command = Command::new(program);
-        command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
-        // SAFETY: the closure runs between fork and exec in the child and
-        // calls only async-signal-safe functions (sigaction, sigprocmask,
-        // setpgid, tcsetpgrp, prctl, getppid) on stack data.
-        unsafe {
-            command.pre_exec(move || prepare_child(zklock_pid, terminal));
-        }
-        // std's Child handle is dropped unused: reaping is ours (see reap).
-        let pgid = command
-            .spawn()
-            .map_err(|err| spawn_error(program, err))?
-            .id() as libc::pid_t;
+        let pgid = spawn::launch(argv, env, terminal).map_err(|err| spawn_error(program, err))?;
         if let Some(fd) = terminal {
             // The child did this too; repeating it closes the race with our
             // own later tcsetpgrp, as shells do.
@@ -170,53 +157,6 @@ fn running_in_group(stat: &str, pgid: libc::pid_t) -> bool {
         return false;
     };
     pgrp.parse() == Ok(pgid) && !matches!(state, "Z" | "X")
-}
-
-/// Everything the command must not inherit from zklock: its signal handlers
-/// and ignored signals (exec keeps SIG_IGN; Rust ignores SIGPIPE), its blocked
-/// signals, its process group and its terminal foreground.
-fn prepare_child(zklock_pid: libc::pid_t, terminal: Option<libc::c_int>) -> io::Result<()> {
-    // SAFETY: async-signal-safe syscalls on zero-initialized plain data.
-    unsafe {
-        // glibc's sigaction refuses the two signals it reserves (32 and 33),
-        // yet they can arrive ignored (glibc's own posix_spawn leaves them
-        // so), and exec keeps them ignored. The raw syscall resets all of
-        // them. An all-zero kernel sigaction is SIG_DFL with no flags and an
-        // empty mask, whatever the architecture's field order.
-        let default = [0u64; 4];
-        for signal in 1..=64 {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal,
-                    default.as_ptr(),
-                    std::ptr::null_mut::<u64>(),
-                    8usize,
-                );
-            }
-        }
-        if libc::setpgid(0, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if let Some(fd) = terminal {
-            // SIGTTOU is still blocked (inherited mask), so this succeeds
-            // even though our new group is not the foreground yet.
-            libc::tcsetpgrp(fd, libc::getpid());
-        }
-        // If zklock dies (even by SIGKILL), the command must not run on
-        // without the lock. This fires when the forking thread exits: zklock
-        // forks from its main thread, which lives as long as zklock.
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::getppid() != zklock_pid {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-    }
-    Ok(())
 }
 
 fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {

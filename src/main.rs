@@ -9,6 +9,7 @@ mod holder;
 mod lease;
 mod recipe;
 mod signals;
+mod spawn;
 mod values;
 mod zk;
 
