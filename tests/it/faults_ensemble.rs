@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::faults_util::{
     HOLD, LONG, Locker, Rng, assert_no_nodes_within, assert_no_watches, describe_status,
-    hold_steady, members_serving, start_order, wait_children, wait_pid_gone,
+    finish_two_runs, hold_steady, members_serving, start_order, wait_children, wait_pid_gone,
 };
 use crate::harness::{
     Ensemble, Inspector, KillOnDrop, LockLog, ServerOptions, TempDir, signal, unique_path,
@@ -170,12 +170,7 @@ fn s11_holder_moves_off_a_paused_member() {
     assert_eq!(stat.ephemeral_owner, held.session);
 
     ensemble.resume(paused);
-    holder.release();
-    holder.expect_exit(0, LONG);
-    waiter.expect_exit(0, LONG);
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_eq!(log.starts(), 2);
+    finish_two_runs(&mut holder, &mut waiter, &log);
     assert_no_nodes_within(&zk, &path, Duration::ZERO);
     for i in 0..3 {
         assert_no_watches(|w| ensemble.four_letter(i, w), &path);

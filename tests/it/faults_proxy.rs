@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use crate::faults_util::{
-    HOLD, LONG, Locker, assert_no_nodes_within, assert_no_watches, hold_steady, pid_running,
-    start_order, wait_children, wait_pid_gone,
+    HOLD, LONG, Locker, assert_no_nodes_within, assert_no_watches, finish_two_runs, hold_steady,
+    pid_running, start_order, wait_children, wait_pid_gone,
 };
 use crate::harness::{
     FaultProxy, Inspector, LockLog, Mode, shared_server, signal, unique_path, wait_until,
@@ -63,12 +63,7 @@ fn s01_brief_blackhole_keeps_the_lock() {
         proxy.connections()
     );
 
-    holder.release();
-    holder.expect_exit(0, LONG);
-    waiter.expect_exit(0, LONG);
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_eq!(log.starts(), 2);
+    finish_two_runs(&mut holder, &mut waiter, &log);
     assert_no_nodes_within(&zk, &path, Duration::ZERO);
     assert_no_watches(|w| server.four_letter(w), &path);
 }

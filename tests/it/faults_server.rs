@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::faults_util::{
-    HOLD, Info, LONG, Locker, assert_no_nodes_within, assert_no_watches, cons_sid, hold_steady,
-    wait_children,
+    HOLD, Info, LONG, Locker, assert_no_nodes_within, assert_no_watches, cons_sid, finish_two_runs,
+    hold_steady, wait_children,
 };
 use crate::harness::{
     FaultProxy, Inspector, LockLog, Mode, ServerOptions, ZkServer, shared_server, unique_path,
@@ -69,12 +69,7 @@ fn s13_server_restart_within_deadline_keeps_lock() {
     let (_, stat) = zk.get_data(&held.node).expect("holder's node kept");
     assert_eq!(stat.ephemeral_owner, held.session, "same session");
 
-    holder.release();
-    holder.expect_exit(0, LONG);
-    waiter.expect_exit(0, LONG);
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_eq!(log.starts(), 2);
+    finish_two_runs(&mut holder, &mut waiter, &log);
     assert_no_nodes_within(&zk, &path, Duration::ZERO);
     assert_no_watches(|w| server.four_letter(w), &path);
 }

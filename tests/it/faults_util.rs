@@ -218,6 +218,17 @@ impl Locker {
 }
 
 /// An exit status as a word for messages and tallies: `0`, `76`, `signal 9`.
+/// The usual end of a holder-and-waiter scenario: the holder releases, both
+/// exit 0, and the log shows exactly their two runs, exclusive, tokens rising.
+pub fn finish_two_runs(holder: &mut Locker, waiter: &mut Locker, log: &LockLog) {
+    holder.release();
+    holder.expect_exit(0, LONG);
+    waiter.expect_exit(0, LONG);
+    log.assert_exclusive();
+    log.assert_tokens_increase();
+    assert_eq!(log.starts(), 2);
+}
+
 pub fn describe_status(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => code.to_string(),
