@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Ensemble, Inspector, KillOnDrop, LockLog, TempDir, wait_until, zklock_run};
+use crate::harness::{
+    Ensemble, Inspector, KillOnDrop, LockLog, TempDir, pid_alive, wait_until, zklock_run,
+};
 
 /// Bound for things that should take seconds; only there to turn a hang into a failure.
 pub const LONG: Duration = Duration::from_secs(30);
@@ -305,13 +307,7 @@ pub fn assert_no_nodes_within(zk: &Inspector, path: &str, timeout: Duration) {
 
 /// Whether `pid` is a process that has not exited (zombies count as exited).
 pub fn pid_running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(") ")
-                .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-        })
-        .unwrap_or(false)
+    pid_alive(pid as i32)
 }
 
 /// Waits until `pid` has exited; returns how long that took.

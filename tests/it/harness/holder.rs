@@ -220,11 +220,5 @@ pub fn wait_no_lock_nodes(zk: &Inspector, path: &str, timeout: Duration) {
 
 /// Whether `pid` is gone or a zombie: it runs nothing any more.
 pub fn is_dead(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // The state follows the parenthesized command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
+    !super::pid_alive(pid as i32)
 }
