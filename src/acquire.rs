@@ -99,9 +99,7 @@ async fn take_turn(
             refuse_semaphore_as_lock(client, dir).await?;
         }
         let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
-            Standing::Held => {
-                return Ok(Acquired::Held(owned.last().expect("pushed above").clone()));
-            }
+            Standing::Held => break,
             Standing::Missing => return Ok(Acquired::Lost),
             Standing::Waiting {
                 predecessor,
@@ -121,13 +119,24 @@ async fn take_turn(
         let predecessor = format!("{dir}/{predecessor}");
         // A data watch, not an exists watch: on a node that is already gone,
         // an exists watch would stay behind on the server as a creation watch.
-        match retrying(|| client.get_and_watch_data(&predecessor)).await {
-            Err(zk::Error::NoNode) => continue,
+        let gone = match retrying(|| client.get_and_watch_data(&predecessor)).await {
+            Err(zk::Error::NoNode) => true,
             Err(err) => return Err(err).context("watching the node ahead of us"),
-            // Any event (deletion, data change, session end) means: look again.
-            Ok((_data, _stat, watcher)) => drop(watcher.changed().await),
+            Ok((_data, _stat, watcher)) => {
+                watcher.changed().await.event_type == zk::EventType::NodeDeleted
+            }
+        };
+        // New nodes only queue behind existing ones (sequence numbers grow),
+        // so what precedes ours can only shrink: when the one node ahead at
+        // the last listing is gone, nothing is ahead and the lock is ours,
+        // one round trip sooner than listing again. With more ahead, the one
+        // we watched may have given up; on a data change or a session event
+        // we know nothing new: list again.
+        if gone && ahead == 1 {
+            break;
         }
     }
+    Ok(Acquired::Held(owned.last().expect("pushed above").clone()))
 }
 
 /// A plain lock asked for on a semaphore's path would not exclude the

@@ -4,6 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::faults_util::watchers_of;
 use crate::harness::{
     Gated, Inspector, KillOnDrop, LockLog, TempDir, assert_no_nodes, run_bounded, shared_server,
     unique_path, wait_for_exit, wait_until, zklock_run,
@@ -90,5 +91,62 @@ fn queued_waiters_start_in_arrival_order() {
     assert_eq!(std::fs::read_to_string(&order).unwrap(), expected);
     log.assert_exclusive();
     log.assert_tokens_increase();
+    assert_no_nodes(&zk, &path);
+}
+
+/// A waiter that gives up wakes the one queued behind it. That one was not
+/// next in line when it looked, so it must look again and wait for the
+/// holder, not take the wake-up for its turn.
+#[test]
+fn a_waiter_giving_up_does_not_let_the_next_one_in() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("quitter");
+    let scratch = TempDir::new();
+    let ran = scratch.path().join("ran");
+
+    let holder = Gated::start(zklock_run(&connect, &path));
+    let holder_node = format!("{path}/{}", zk.children(&path)[0]);
+    let mut quitter = zklock_run(&connect, &path);
+    quitter.args(["--timeout", "2s", "--", "true"]);
+    let mut quitter = KillOnDrop(quitter.spawn().expect("spawn the quitter"));
+    wait_until(LONG, "the quitter queued", || zk.children(&path).len() == 2);
+    let mut next = zklock_run(&connect, &path);
+    next.arg("--").arg("touch").arg(&ran);
+    let mut next = KillOnDrop(next.spawn().expect("spawn the next waiter"));
+    wait_until(LONG, "the next waiter queued", || {
+        zk.children(&path).len() == 3
+    });
+    let next_node = zk
+        .children(&path)
+        .into_iter()
+        .max_by_key(|name| name[name.len() - 10..].to_string())
+        .map(|name| format!("{path}/{name}"))
+        .unwrap();
+    let next_session = zk
+        .stat(&next_node)
+        .expect("the next waiter's node")
+        .ephemeral_owner;
+
+    let status = wait_for_exit(&mut quitter, LONG).expect("the quitter gave up");
+    assert_eq!(status.code(), Some(75), "the quitter: {status}");
+    // Woken by the quitter's deletion, the next waiter looks again and then
+    // watches the holder; its command must not run meanwhile.
+    wait_until(LONG, "the next waiter watching the holder", || {
+        assert!(
+            !ran.exists(),
+            "the next waiter ran while the holder held the lock"
+        );
+        watchers_of(&shared_server().four_letter("wchp"), &holder_node).contains(&next_session)
+    });
+    assert!(
+        !ran.exists(),
+        "the next waiter ran while the holder held the lock"
+    );
+
+    assert!(holder.finish().success());
+    let status = wait_for_exit(&mut next, LONG).expect("the next waiter ran");
+    assert!(status.success(), "the next waiter: {status}");
+    assert!(ran.exists());
     assert_no_nodes(&zk, &path);
 }

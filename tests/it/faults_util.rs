@@ -390,6 +390,18 @@ pub fn watched_under(wchp: &str, path: &str) -> Vec<String> {
         .collect()
 }
 
+/// The sessions watching `node` in a `wchp` answer: the indented `0x...` lines
+/// under its path.
+pub fn watchers_of(wchp: &str, node: &str) -> Vec<i64> {
+    wchp.lines()
+        .skip_while(|line| *line != node)
+        .skip(1)
+        .map_while(|line| line.trim().strip_prefix("0x"))
+        .filter_map(|hex| u64::from_str_radix(hex, 16).ok())
+        .map(|id| id as i64)
+        .collect()
+}
+
 /// Waits (briefly: closing sessions are processed at once) until no watch is left on
 /// `path` or below, as `wchp` from `four_letter` shows.
 pub fn assert_no_watches(four_letter: impl Fn(&str) -> String, path: &str) {
