@@ -2,6 +2,10 @@
 //! primitives (create with Stat, list, getData watch, sync, delete), driven
 //! by the pure helpers of `recipe.rs`.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Waker};
+
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
@@ -41,10 +45,16 @@ pub trait Observer {
     fn pool_full(&mut self, holders: usize);
 }
 
+/// A data watch on one of our nodes: resolves with the first event on it
+/// (deleted, data changed, session ended). Set while waiting and handed to
+/// the lease with the lock, so no request is left to make once our turn
+/// comes, while the command starts.
+pub type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent>>>;
+
 /// How a wait for a lock ended, short of an error.
-#[derive(Debug)]
 pub enum Acquired {
-    Held(Node),
+    /// The lock is ours through this node, with its watch if we waited.
+    Held(Node, Option<NodeWatch>),
     /// Not waiting (`--no-wait`), and the lock is taken.
     Busy,
     /// Our node vanished while we waited: the session (or the node) is lost.
@@ -91,6 +101,7 @@ async fn take_turn(
     let me = node.name().to_owned();
     owned.push(node);
     let mut reported_first = String::new();
+    let mut own_watch = None;
     loop {
         let children = retrying(|| client.list_children(dir))
             .await
@@ -117,15 +128,31 @@ async fn take_turn(
             return Ok(Acquired::Busy);
         }
         let predecessor = format!("{dir}/{predecessor}");
+        let own = &owned.last().expect("pushed above").path;
         // A data watch, not an exists watch: on a node that is already gone,
         // an exists watch would stay behind on the server as a creation watch.
-        let gone = match retrying(|| client.get_and_watch_data(&predecessor)).await {
+        let (ahead_watch, own_watch_now) = tokio::join!(
+            retrying(|| client.get_and_watch_data(&predecessor)),
+            watch_own(client, own, own_watch.take()),
+        );
+        let Some(mut own_watch_now) = own_watch_now? else {
+            return Ok(Acquired::Lost);
+        };
+        let gone = match ahead_watch {
             Err(zk::Error::NoNode) => true,
             Err(err) => return Err(err).context("watching the node ahead of us"),
-            Ok((_data, _stat, watcher)) => {
-                watcher.changed().await.event_type == zk::EventType::NodeDeleted
-            }
+            Ok((_data, _stat, watcher)) => tokio::select! {
+                biased;
+                _ = &mut own_watch_now => continue,
+                event = watcher.changed() => event.event_type == zk::EventType::NodeDeleted,
+            },
         };
+        // Events come in the order of the changes they report: with none
+        // for our node, it was still there when the node ahead went.
+        if fired(&mut own_watch_now) {
+            continue;
+        }
+        own_watch = Some(own_watch_now);
         // New nodes only queue behind existing ones (sequence numbers grow),
         // so what precedes ours can only shrink: when the one node ahead at
         // the last listing is gone, nothing is ahead and the lock is ours,
@@ -136,7 +163,34 @@ async fn take_turn(
             break;
         }
     }
-    Ok(Acquired::Held(owned.last().expect("pushed above").clone()))
+    let node = owned.last().expect("pushed above").clone();
+    Ok(Acquired::Held(node, own_watch))
+}
+
+/// `existing`, or a new data watch on our node at `path`; None if the node
+/// is gone (or, which cannot happen, not ours).
+async fn watch_own(
+    client: &zk::Client,
+    path: &str,
+    existing: Option<NodeWatch>,
+) -> Result<Option<NodeWatch>> {
+    if existing.is_some() {
+        return Ok(existing);
+    }
+    match retrying(|| client.get_and_watch_data(path)).await {
+        Ok((_, stat, watcher)) if stat.ephemeral_owner == client.session_id().0 => {
+            Ok(Some(Box::pin(watcher.changed())))
+        }
+        Ok(_) | Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(err).context("watching our node"),
+    }
+}
+
+/// Whether the watch's event has come, without waiting for it. A watch
+/// found fired is spent: drop it.
+fn fired(watch: &mut NodeWatch) -> bool {
+    let mut context = TaskContext::from_waker(Waker::noop());
+    watch.as_mut().poll(&mut context).is_ready()
 }
 
 /// A plain lock asked for on a semaphore's path would not exclude the
@@ -169,17 +223,19 @@ async fn acquire_permit(
     let client = request.client;
     claim_semaphore(client, request.dir, limit).await?;
     let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
-    let gate = if request.wait {
+    // The gate's watch lives until the gate is deleted, which consumes it;
+    // dropped earlier, it would cost a RemoveWatches request.
+    let (gate, _gate_watch) = if request.wait {
         let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
         match take_turn(request, &gate_dir, LOCK, owned, observer).await? {
-            Acquired::Held(gate) => Some(gate),
+            Acquired::Held(gate, watch) => (Some(gate), watch),
             other => return Ok(other),
         }
     } else {
         // Without waiting there is nothing to be fair about: create, count,
         // give up if over. Still safe: of any set of holders, the one whose
         // lease came last counted all the others.
-        None
+        (None, None)
     };
     let lease = create_node(client, &leases, LEASE, request.data).await?;
     owned.push(lease.clone());
@@ -220,7 +276,7 @@ async fn acquire_permit(
             request.dir
         )));
     }
-    Ok(Acquired::Held(lease))
+    Ok(Acquired::Held(lease, None))
 }
 
 /// Makes `dir` a semaphore of `limit` (its data), or checks that it is one.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
-use crate::acquire::{self, Acquired, Node, Observer, Request};
+use crate::acquire::{self, Acquired, Node, NodeWatch, Observer, Request};
 use crate::child::{self, Child};
 use crate::cli::{Cli, Command, RunArgs, Verbosity};
 use crate::exit::{Exit, Failure};
@@ -88,8 +88,8 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
     let started = Instant::now();
-    let (session, held) = match take_locks(&plan, &mut signals).await? {
-        Taken::Held(session, held) => (session, held),
+    let (session, held, watches) = match take_locks(&plan, &mut signals).await? {
+        Taken::Held(session, held, watches) => (session, held, watches),
         Taken::Ended(exit) => return Ok(exit),
     };
     for node in &held {
@@ -117,6 +117,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         let lost = lease::lost(
             session.client(),
             &nodes,
+            watches,
             plan.policy(session.timeout()),
             &reattach,
         );
@@ -147,8 +148,9 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
 }
 
 enum Taken {
-    /// Every lock is ours; the nodes are in acquisition order.
-    Held(Session, Vec<Node>),
+    /// Every lock is ours; the nodes are in acquisition order, each with
+    /// the watch set on it while waiting, if any.
+    Held(Session, Vec<Node>, Vec<Option<NodeWatch>>),
     /// zklock ends without running the command.
     Ended(Exit),
 }
@@ -180,18 +182,21 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             )));
         }
         let mut owned = Vec::new();
+        let mut watches = Vec::new();
         let mut observer = WaitReport {
             report,
             first: None,
             first_data: None,
         };
         let waited = tokio::select! {
-            result = acquire_all(plan, session.client(), &mut owned, &mut observer) => Waited::Done(result),
+            result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
             () = sleep_until(deadline) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
         };
         match waited {
-            Waited::Done(Ok(Acquired::Held(_))) => return Ok(Taken::Held(session, owned)),
+            Waited::Done(Ok(Acquired::Held(..))) => {
+                return Ok(Taken::Held(session, owned, watches));
+            }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
                 let holder = observer.holder_description(&session).await;
                 session.close(&owned).await;
@@ -240,6 +245,7 @@ async fn acquire_all(
     plan: &Plan<'_>,
     client: &zookeeper_client::Client,
     owned: &mut Vec<Node>,
+    watches: &mut Vec<Option<NodeWatch>>,
     observer: &mut WaitReport,
 ) -> Result<Acquired> {
     let mut last = Acquired::Busy;
@@ -252,8 +258,9 @@ async fn acquire_all(
             wait: plan.wait,
         };
         last = acquire::acquire(&request, owned, observer).await?;
-        if !matches!(last, Acquired::Held(_)) {
-            return Ok(last);
+        match &mut last {
+            Acquired::Held(_, watch) => watches.push(watch.take()),
+            _ => return Ok(last),
         }
     }
     Ok(last)

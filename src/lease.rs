@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
+use crate::acquire::NodeWatch;
 use crate::child::LossReason;
 use crate::zk::{is_connection_loss, is_session_lost};
 
@@ -101,6 +102,7 @@ pub struct Reattach {
 pub async fn lost(
     client: &zk::Client,
     nodes: &[String],
+    watches: Vec<Option<NodeWatch>>,
     policy: LeasePolicy,
     reattach: &Reattach,
 ) -> LossReason {
@@ -109,7 +111,7 @@ pub async fn lost(
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
-    let mut node_check = Box::pin(any_node_lost(client, nodes));
+    let mut node_check = Box::pin(any_node_lost(client, nodes, watches));
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
@@ -124,7 +126,7 @@ pub async fn lost(
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(any_node_lost(client, nodes));
+                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new()));
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -202,11 +204,18 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Pr
     Probe::Alive(replied)
 }
 
-/// The first of `nodes` found lost.
-async fn any_node_lost(client: &zk::Client, nodes: &[String]) -> LossReason {
+/// The first of `nodes` found lost; `watches` are those already set on
+/// them (by position), the rest are set here.
+async fn any_node_lost(
+    client: &zk::Client,
+    nodes: &[String],
+    mut watches: Vec<Option<NodeWatch>>,
+) -> LossReason {
+    watches.resize_with(nodes.len(), || None);
     let mut checks: Vec<_> = nodes
         .iter()
-        .map(|node| Box::pin(node_lost(client, node)))
+        .zip(watches)
+        .map(|(node, watch)| Box::pin(node_lost(client, node, watch)))
         .collect();
     std::future::poll_fn(|cx| {
         checks
@@ -220,28 +229,33 @@ async fn any_node_lost(client: &zk::Client, nodes: &[String]) -> LossReason {
     .await
 }
 
-/// Watches our node with a data watch: resolves when it is deleted or is
-/// found owned by another session.
-async fn node_lost(client: &zk::Client, node: &str) -> LossReason {
+/// Watches our node with a data watch (starting with `watch` if given):
+/// resolves when it is deleted or is found owned by another session.
+async fn node_lost(client: &zk::Client, node: &str, mut watch: Option<NodeWatch>) -> LossReason {
     loop {
-        match client.get_and_watch_data(node).await {
-            Ok((_, stat, watcher)) => {
-                if stat.ephemeral_owner != client.session_id().0 {
-                    return format!("{node} now belongs to another session");
-                }
-                let event = watcher.changed().await;
-                match event.event_type {
-                    zk::EventType::NodeDeleted => return format!("{node} was deleted"),
-                    zk::EventType::Session if event.session_state.is_terminated() => {
-                        return format!("the ZooKeeper session ended ({})", event.session_state);
+        let event = match watch.take() {
+            Some(watch) => watch.await,
+            None => match client.get_and_watch_data(node).await {
+                Ok((_, stat, watcher)) => {
+                    if stat.ephemeral_owner != client.session_id().0 {
+                        return format!("{node} now belongs to another session");
                     }
-                    _ => {}
+                    watcher.changed().await
                 }
+                Err(zk::Error::NoNode) => return format!("{node} was deleted"),
+                Err(err) if is_connection_loss(&err) => continue,
+                Err(err) if is_session_lost(&err) => {
+                    return "the ZooKeeper session expired".into();
+                }
+                Err(err) => return format!("cannot watch {node}: {err}"),
+            },
+        };
+        match event.event_type {
+            zk::EventType::NodeDeleted => return format!("{node} was deleted"),
+            zk::EventType::Session if event.session_state.is_terminated() => {
+                return format!("the ZooKeeper session ended ({})", event.session_state);
             }
-            Err(zk::Error::NoNode) => return format!("{node} was deleted"),
-            Err(err) if is_connection_loss(&err) => {}
-            Err(err) if is_session_lost(&err) => return "the ZooKeeper session expired".into(),
-            Err(err) => return format!("cannot watch {node}: {err}"),
+            _ => {}
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::faults_util::watchers_of;
+use crate::faults_util::{HOLD, Locker, wait_children, watchers_of};
 use crate::harness::{
     Gated, Inspector, KillOnDrop, LockLog, TempDir, assert_no_nodes, run_bounded, shared_server,
     unique_path, wait_for_exit, wait_until, zklock_run,
@@ -148,5 +148,50 @@ fn a_waiter_giving_up_does_not_let_the_next_one_in() {
     let status = wait_for_exit(&mut next, LONG).expect("the next waiter ran");
     assert!(status.success(), "the next waiter: {status}");
     assert!(ran.exists());
+    assert_no_nodes(&zk, &path);
+}
+
+/// An operator deleting a waiter's node: the waiter watches its own node, so
+/// it notices at once and queues again in a new session, without waiting for
+/// the holder to go.
+#[test]
+fn a_waiter_whose_node_is_deleted_queues_again_at_once() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("requeue");
+    let log = LockLog::new();
+    let mut holder = Locker::spawn("holder", &connect, &path, &[], &log, HOLD);
+    let held = holder.wait_info(LONG);
+    let mut waiter = Locker::spawn("waiter", &connect, &path, &["-v"], &log, HOLD);
+    let first = wait_children(&zk, &path, 2, LONG)
+        .into_iter()
+        .find(|c| c != held.node_name())
+        .expect("the waiter's node");
+    let first_owner = zk
+        .stat(&format!("{path}/{first}"))
+        .expect("node")
+        .ephemeral_owner;
+
+    assert!(zk.delete(&format!("{path}/{first}")));
+    wait_until(LONG, "the waiter queued again", || {
+        zk.children(&path)
+            .iter()
+            .any(|c| c != held.node_name() && *c != first)
+    });
+    waiter.assert_running("while the holder holds");
+
+    holder.release();
+    holder.expect_exit(0, LONG);
+    let got = waiter.wait_info(LONG);
+    assert_ne!(got.session, first_owner, "not a new session");
+    waiter.release();
+    waiter.expect_exit(0, LONG);
+    assert!(
+        waiter.stderr().contains("queueing again"),
+        "{}",
+        waiter.stderr()
+    );
+    log.assert_exclusive();
+    log.assert_tokens_increase();
     assert_no_nodes(&zk, &path);
 }
