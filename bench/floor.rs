@@ -8,15 +8,24 @@
 //! list PARENT, delete the node, close the session and wait until the
 //! server has confirmed the close, then run `true`.
 //!
+//! `bench-floor HOSTS PARENT --notify N` (scenario 2): what one ZooKeeper
+//! notification costs between two processes, the part of every hand-off
+//! that flock does not have. N times: a second process (`--watch`) sets a
+//! data watch on a fresh node, both stay idle for 20 ms (as a waiter does
+//! while the holder's command runs), then this one deletes the node. Prints
+//! the nanoseconds from just before the delete to the watcher's wake-up,
+//! one line each.
+//!
 //! `bench-floor HOSTS PARENT CMD [ARGS...]` (scenario 2, hand-off): the
 //! bare lock recipe. Create the node; until no node precedes ours, watch the
-//! nearest preceding one (a data watch) and list again when it goes; run
-//! CMD; delete the node, close the session.
+//! nearest preceding one (a data watch) and list again when it goes (unless
+//! it was the only one ahead); run CMD; delete the node, close the session.
 
-// A benchmark tool, not zklock: plain eprintln! is fine here.
-#![allow(clippy::print_stderr)]
+// A benchmark tool, not zklock: plain println! and eprintln! are fine here.
+#![allow(clippy::print_stderr, clippy::print_stdout)]
 
-use std::process::{Command, ExitCode};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use zookeeper_client as zk;
@@ -28,9 +37,11 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.as_slice() {
         [hosts, parent] => uncontended(hosts, parent).await,
+        [hosts, parent, flag, count] if flag == "--notify" => notify(hosts, parent, count).await,
+        [hosts, _parent, flag] if flag == "--watch" => watch(hosts).await,
         [hosts, parent, command @ ..] => queued(hosts, parent, command).await,
         _ => {
-            eprintln!("usage: bench-floor HOSTS PARENT [CMD [ARGS...]]");
+            eprintln!("usage: bench-floor HOSTS PARENT [--notify N | CMD [ARGS...]]");
             return ExitCode::from(64);
         }
     };
@@ -87,20 +98,83 @@ async fn queued(hosts: &str, parent: &str, command: &[String]) -> Result<()> {
         let mut children = client.list_children(parent).await?;
         // Every child is ours: same prefix, so names sort by sequence.
         children.sort();
-        let Some(before) = children.iter().take_while(|c| **c < node).last() else {
+        let ahead: Vec<_> = children.iter().take_while(|c| **c < node).collect();
+        let Some(before) = ahead.last() else {
             break;
         };
-        match client
+        let gone = match client
             .get_and_watch_data(&format!("{parent}/{before}"))
             .await
         {
-            Ok((_, _, watcher)) => drop(watcher.changed().await),
-            Err(zk::Error::NoNode) => {}
+            Ok((_, _, watcher)) => watcher.changed().await.event_type == zk::EventType::NodeDeleted,
+            Err(zk::Error::NoNode) => true,
             Err(err) => return Err(err.into()),
+        };
+        // As zklock: the only node ahead gone means nothing is ahead.
+        if gone && ahead.len() == 1 {
+            break;
         }
     }
     Command::new(&command[0]).args(&command[1..]).status()?;
     client.delete(&format!("{parent}/{node}"), None).await?;
+    close(client).await;
+    Ok(())
+}
+
+fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+async fn notify(hosts: &str, parent: &str, count: &str) -> Result<()> {
+    let count: usize = count.parse()?;
+    let client = connect(hosts).await?;
+    let me = std::env::current_exe()?;
+    let mut watcher = Command::new(me)
+        .args([hosts, parent, "--watch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut to_watcher = watcher.stdin.take().ok_or("no stdin")?;
+    let mut from_watcher = BufReader::new(watcher.stdout.take().ok_or("no stdout")?);
+    let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let mut line = String::new();
+    for i in 0..count {
+        let node = format!("{parent}/notify-{i}");
+        client.create(&node, &[], &options).await?;
+        writeln!(to_watcher, "{node}")?;
+        line.clear();
+        from_watcher.read_line(&mut line)?; // "watching"
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let deleting = monotonic_ns();
+        client.delete(&node, None).await?;
+        line.clear();
+        from_watcher.read_line(&mut line)?;
+        let woken: i64 = line.trim().parse()?;
+        println!("{}", woken - deleting);
+    }
+    drop(to_watcher);
+    watcher.wait()?;
+    close(client).await;
+    Ok(())
+}
+
+async fn watch(hosts: &str) -> Result<()> {
+    let client = connect(hosts).await?;
+    let mut stdout = std::io::stdout();
+    for node in std::io::stdin().lines() {
+        let (_, _, watcher) = client.get_and_watch_data(&node?).await?;
+        writeln!(stdout, "watching")?;
+        stdout.flush()?;
+        watcher.changed().await;
+        writeln!(stdout, "{}", monotonic_ns())?;
+        stdout.flush()?;
+    }
     close(client).await;
     Ok(())
 }
