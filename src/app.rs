@@ -7,13 +7,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
-use crate::acquire::{self, Acquired, Node, NodeWatch, Observer, Request};
+use crate::acquire::{self, Acquired, Node, NodeWatch, Request};
 use crate::child::{self, Child};
-use crate::cli::{Cli, Command, RunArgs, Verbosity};
+use crate::cli::{Cli, Command, RunArgs};
 use crate::exit::{Exit, Failure};
 use crate::holder;
 use crate::lease::{self, LeasePolicy};
 use crate::recipe::{LockKind, acquisition_order};
+use crate::report::{Report, WaitReport};
 use crate::signals::{Signals, aborts_waiting};
 use crate::zk::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
 
@@ -183,11 +184,7 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
         }
         let mut owned = Vec::new();
         let mut watches = Vec::new();
-        let mut observer = WaitReport {
-            report,
-            first: None,
-            first_data: None,
-        };
+        let mut observer = WaitReport::new(report);
         let waited = tokio::select! {
             result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
             () = sleep_until(deadline) => Waited::TimedOut,
@@ -319,103 +316,5 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Messages on stderr, by verbosity.
-#[derive(Clone, Copy)]
-struct Report(Verbosity);
-
-impl Report {
-    /// Progress, shown with `-v`.
-    fn info(self, message: std::fmt::Arguments<'_>) {
-        if self.0 >= Verbosity::Verbose {
-            say(message);
-        }
-    }
-
-    /// Expected outcomes worth a line (gave up waiting), hidden by `-q`.
-    fn note(self, message: std::fmt::Arguments<'_>) {
-        if self.0 >= Verbosity::Normal {
-            say(message);
-        }
-    }
-
-    /// Always shown.
-    fn error(self, message: std::fmt::Arguments<'_>) {
-        say(message);
-    }
-}
-
-/// One line on stderr. Unlike `eprintln!`, a closed or broken stderr is
-/// ignored: panicking there would skip the cleanup of our nodes.
-pub fn say(message: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "zklock: {message}");
-}
-
-/// Reports the queue while waiting and remembers who was first, to say who
-/// held the lock if we give up.
-struct WaitReport {
-    report: Report,
-    first: Option<String>,
-    first_data: Option<Vec<u8>>,
-}
-
-impl Observer for WaitReport {
-    fn queued(&mut self, node: &Node) {
-        self.report.info(format_args!("queued as {}", node.path));
-    }
-
-    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&[u8]>) {
-        if let Some(data) = first_data {
-            self.first_data = Some(data.to_vec());
-        }
-        if self.first.as_deref() != Some(first) {
-            let holder = first_data
-                .and_then(holder::describe)
-                .map(|h| format!(" ({h})"))
-                .unwrap_or_default();
-            self.report.info(format_args!(
-                "position {} in the queue; first is {first}{holder}",
-                ahead + 1
-            ));
-            self.first = Some(first.to_owned());
-        }
-    }
-
-    fn wants_data(&self) -> bool {
-        self.report.0 >= Verbosity::Verbose
-    }
-
-    fn pool_full(&mut self, holders: usize) {
-        self.report.info(format_args!(
-            "all {holders} permits are taken; waiting for one"
-        ));
-        self.first = None;
-    }
-}
-
-impl WaitReport {
-    /// `: held by pid ... on ...`, read now if not read while waiting.
-    async fn holder_description(&self, session: &Session) -> String {
-        let Some(first) = &self.first else {
-            return String::new();
-        };
-        let data = match &self.first_data {
-            Some(data) => Some(data.clone()),
-            None => {
-                let read = session.client().get_data(first);
-                tokio::time::timeout(Duration::from_secs(1), read)
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|(d, _)| d)
-            }
-        };
-        data.as_deref()
-            .and_then(holder::describe)
-            .map(|h| format!(": held by {h}"))
-            .unwrap_or_default()
     }
 }

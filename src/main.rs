@@ -8,6 +8,8 @@ mod exit;
 mod holder;
 mod lease;
 mod recipe;
+mod report;
+mod semaphore;
 mod signals;
 mod spawn;
 mod values;
@@ -28,7 +30,7 @@ fn main() -> ExitCode {
     match app::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
-            app::say(format_args!("{err:#}"));
+            report::say(format_args!("{err:#}"));
             Exit::for_error(&err).into()
         }
     }
@@ -47,7 +49,7 @@ fn usage_error(err: clap::Error) -> ExitCode {
             Exit::Usage.into()
         }
         _ => {
-            app::say(format_args!("{}", one_line(&err.render().to_string())));
+            report::say(format_args!("{}", one_line(&err.render().to_string())));
             Exit::Usage.into()
         }
     }
