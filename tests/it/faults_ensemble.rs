@@ -475,7 +475,7 @@ fn s14_chaos() {
     log.assert_exclusive();
     log.assert_tokens_increase();
 
-    let ensemble = ensemble.into_inner().unwrap();
+    let mut ensemble = ensemble.into_inner().unwrap();
     ensemble.wait_quorum();
     let zk = Inspector::connect(&ensemble.connect_string());
     // Killed zklocks' nodes die with their sessions.

@@ -4,7 +4,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::node::{self, Node};
+use super::node::{self, Node, PortTaken};
 use super::server::ServerOptions;
 
 /// Members are indexed from 0 (their `myid` is index + 1). Each has its own client,
@@ -25,6 +25,19 @@ impl Ensemble {
             n >= 2,
             "an ensemble needs at least 2 members (use ZkServer for one)"
         );
+        for _ in 0..node::START_ATTEMPTS {
+            let mut ensemble = Ensemble::spawn(n, &opts);
+            if ensemble.try_wait_quorum().is_ok() {
+                return ensemble;
+            }
+            // Dropping it kills the members that did start.
+        }
+        panic!("no free ports held for {} starts", node::START_ATTEMPTS);
+    }
+
+    /// Starts `n` members on new ports, all at once: no member can serve before a
+    /// quorum is up anyway.
+    fn spawn(n: usize, opts: &ServerOptions) -> Ensemble {
         let ports = node::free_ports(3 * n);
         let servers: String = (0..n)
             .map(|i| {
@@ -36,26 +49,16 @@ impl Ensemble {
             .map(|i| {
                 let client = ports[3 * i];
                 let name = format!("zk-member-{i}:{client}");
-                Node::new(
-                    name,
-                    node::QUORUM_MAIN,
-                    client,
-                    Some(i + 1),
-                    &servers,
-                    &opts,
-                )
+                Node::new(name, node::QUORUM_MAIN, client, Some(i + 1), &servers, opts)
             })
             .collect();
-        // All at once: no member can serve before a quorum is up anyway.
         for member in &mut members {
             member.spawn();
         }
-        let ensemble = Ensemble {
+        Ensemble {
             members,
             start_timeout: opts.start_timeout,
-        };
-        ensemble.wait_quorum();
-        ensemble
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -140,9 +143,21 @@ impl Ensemble {
     }
 
     /// Waits until every running, unpaused member serves and exactly one is leader.
-    pub fn wait_quorum(&self) {
+    pub fn wait_quorum(&mut self) {
+        if self.try_wait_quorum().is_err() {
+            panic!("a member could not bind its ports\n{}", self.diagnostics());
+        }
+    }
+
+    /// [`Ensemble::wait_quorum`], but a member whose JVM exits because one of its
+    /// ports was taken is an error to recover from, not a panic. A member counts
+    /// only if the server at its client port is ours.
+    fn try_wait_quorum(&mut self) -> Result<(), PortTaken> {
         let deadline = Instant::now() + self.start_timeout;
         loop {
+            for member in &mut self.members {
+                member.check_running()?;
+            }
             let modes: Vec<Option<String>> = self.live().map(|i| self.mode(i)).collect();
             let serving = modes
                 .iter()
@@ -151,8 +166,8 @@ impl Ensemble {
                 .iter()
                 .filter(|m| m.as_deref() == Some("leader"))
                 .count();
-            if serving && leaders == 1 {
-                return;
+            if serving && leaders == 1 && self.live().all(|i| self.members[i].is_ours()) {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 panic!(

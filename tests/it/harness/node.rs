@@ -120,6 +120,14 @@ pub(crate) fn parse_mode(srvr: &str) -> Option<String> {
         .map(|mode| mode.trim().to_string())
 }
 
+/// A server's JVM exited while starting because one of its ports was taken: another
+/// process bound it between [`free_ports`] and the JVM's bind. New ports fix it.
+#[derive(Debug)]
+pub(crate) struct PortTaken;
+
+/// How many times a server or ensemble is started afresh on new ports.
+pub(crate) const START_ATTEMPTS: usize = 3;
+
 pub(crate) struct Node {
     name: String,
     main_class: &'static str,
@@ -260,26 +268,28 @@ impl Node {
         self.paused = false;
     }
 
-    /// Waits until `ruok` says `imok` and `srvr` reports a serving mode.
+    /// Waits until `ruok` says `imok` and `srvr` reports a serving mode; panics if the
+    /// JVM exits first (whatever the reason) or the start timeout passes.
+    pub(crate) fn wait_serving(&mut self) {
+        if self.try_wait_serving().is_err() {
+            panic!(
+                "{} could not bind its ports; log tail:\n{}",
+                self.name,
+                self.log_tail(40)
+            );
+        }
+    }
+
+    /// [`Node::wait_serving`], but a JVM that exits because one of its ports was
+    /// taken is an error to recover from, not a panic.
     ///
     /// `ruok` alone is not enough: it answers `imok` before the server serves requests.
-    pub(crate) fn wait_serving(&mut self) {
+    pub(crate) fn try_wait_serving(&mut self) -> Result<(), PortTaken> {
         let deadline = Instant::now() + self.start_timeout;
         loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                panic!(
-                    "{} exited with {status} while starting; log tail:\n{}",
-                    self.name,
-                    self.log_tail(40)
-                );
-            }
+            self.check_running()?;
             if self.is_serving() {
-                return;
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 panic!(
@@ -293,6 +303,30 @@ impl Node {
         }
     }
 
+    /// Panics if the JVM has exited, unless it exited for want of one of its ports.
+    pub(crate) fn check_running(&mut self) -> Result<(), PortTaken> {
+        let Some(status) = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        else {
+            return Ok(());
+        };
+        self.child = None;
+        let log = fs::read_to_string(self.log_path()).unwrap_or_default();
+        if log.contains("Address already in use") {
+            eprintln!("{}: a port was taken before the JVM bound it", self.name);
+            return Err(PortTaken);
+        }
+        panic!(
+            "{} exited with {status} while starting; log tail:\n{}",
+            self.name,
+            self.log_tail(40)
+        );
+    }
+
+    /// Whether the server answering at our client port is ours and serving: another
+    /// test's server may have bound the port we picked.
     pub(crate) fn is_serving(&self) -> bool {
         self.is_running()
             && !self.paused
@@ -300,6 +334,15 @@ impl Node {
             && self
                 .mode()
                 .is_some_and(|m| matches!(m.as_str(), "standalone" | "leader" | "follower"))
+            && self.is_ours()
+    }
+
+    /// Whether the server at our client port has our data dir (`conf` names its
+    /// `version-2` subdirectory).
+    pub(crate) fn is_ours(&self) -> bool {
+        let data_dir = format!("dataDir={}/", self.dir.path().join("data").display());
+        four_letter_at(self.client_addr, "conf", PROBE_TIMEOUT)
+            .is_ok_and(|conf| conf.lines().any(|line| line.starts_with(&data_dir)))
     }
 
     pub(crate) fn mode(&self) -> Option<String> {
@@ -401,4 +444,23 @@ impl Drop for Node {
             let _ = child.wait();
         }
     }
+}
+
+/// A JVM that finds its client port taken exits, and the harness tells that apart
+/// from other failures, so that it can start again on new ports.
+#[test]
+fn a_server_whose_port_is_taken_says_so() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let port = taken.local_addr().expect("local addr").port();
+    let mut node = Node::new(
+        format!("zk-port-taken:{port}"),
+        STANDALONE_MAIN,
+        port,
+        None,
+        "",
+        &ServerOptions::default(),
+    );
+    node.spawn();
+    assert!(node.try_wait_serving().is_err());
+    assert!(!node.is_running());
 }

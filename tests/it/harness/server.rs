@@ -53,12 +53,16 @@ impl ZkServer {
     }
 
     pub fn start_with(opts: ServerOptions) -> ZkServer {
-        let port = node::free_ports(1)[0];
-        let name = format!("zk-standalone:{port}");
-        let mut node = Node::new(name, node::STANDALONE_MAIN, port, None, "", &opts);
-        node.spawn();
-        node.wait_serving();
-        ZkServer { node }
+        for _ in 0..node::START_ATTEMPTS {
+            let port = node::free_ports(1)[0];
+            let name = format!("zk-standalone:{port}");
+            let mut node = Node::new(name, node::STANDALONE_MAIN, port, None, "", &opts);
+            node.spawn();
+            if node.try_wait_serving().is_ok() {
+                return ZkServer { node };
+            }
+        }
+        panic!("no free port held for {} starts", node::START_ATTEMPTS);
     }
 
     /// `127.0.0.1:PORT`
