@@ -87,7 +87,8 @@ pub async fn acquire(
 }
 
 /// Queues a `marker` node in `dir` and waits until nothing that excludes it
-/// precedes it. Only the nearest such node is watched (a data watch).
+/// precedes it. Of the others, only the nearest such node is watched (a
+/// data watch); our own node is watched too (see [`NodeWatch`]).
 pub async fn take_turn(
     request: &Request<'_>,
     dir: &str,
