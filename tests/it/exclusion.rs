@@ -108,7 +108,8 @@ fn a_waiter_giving_up_does_not_let_the_next_one_in() {
     let holder = Gated::start(zklock_run(&connect, &path));
     let holder_node = format!("{path}/{}", zk.children(&path)[0]);
     let mut quitter = zklock_run(&connect, &path);
-    quitter.args(["--timeout", "2s", "--", "true"]);
+    // Long enough for the next waiter to queue behind it on a loaded machine.
+    quitter.args(["--timeout", "5s", "--", "true"]);
     let mut quitter = KillOnDrop(quitter.spawn().expect("spawn the quitter"));
     wait_until(LONG, "the quitter queued", || zk.children(&path).len() == 2);
     let mut next = zklock_run(&connect, &path);
