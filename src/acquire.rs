@@ -100,7 +100,7 @@ pub async fn take_turn(
     let node = create_node(client, dir, marker, request.data).await?;
     observer.queued(&node);
     let me = node.name().to_owned();
-    owned.push(node);
+    owned.push(node.clone());
     let mut reported_first = String::new();
     let mut own_watch = None;
     loop {
@@ -129,12 +129,11 @@ pub async fn take_turn(
             return Ok(Acquired::Busy);
         }
         let predecessor = format!("{dir}/{predecessor}");
-        let own = &owned.last().expect("pushed above").path;
         // A data watch, not an exists watch: on a node that is already gone,
         // an exists watch would stay behind on the server as a creation watch.
         let (ahead_watch, own_watch_now) = tokio::join!(
             retrying(|| client.get_and_watch_data(&predecessor)),
-            watch_own(client, own, own_watch.take()),
+            watch_own(client, &node.path, own_watch.take()),
         );
         let Some(mut own_watch_now) = own_watch_now? else {
             return Ok(Acquired::Lost);
@@ -164,7 +163,6 @@ pub async fn take_turn(
             break;
         }
     }
-    let node = owned.last().expect("pushed above").clone();
     Ok(Acquired::Held(node, own_watch))
 }
 
