@@ -6,8 +6,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit::{CONFLICT_DEFAULT, EXIT_CODE_HELP};
-use crate::lease::OnDisconnect;
-use crate::recipe::LockKind;
+use crate::lock::lease::OnDisconnect;
+use crate::lock::recipe::LockKind;
+use crate::report::Verbosity;
 use crate::values::{HostList, LockPath, Seconds};
 
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
@@ -184,13 +185,6 @@ impl RunArgs {
             _ => Verbosity::Normal,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verbosity {
-    Quiet,
-    Normal,
-    Verbose,
 }
 
 /// How to reach the ensemble; shared by every subcommand that talks to it.

@@ -1,19 +1,19 @@
 //! zklock: run a command while holding a distributed lock in ZooKeeper.
 
-mod acquire;
-mod app;
-mod child;
+// Layers, each importing only from the ones below it:
+//   cli                      the command-line model
+//   run                      one module per subcommand
+//   lock, command            the lock recipe; the command's process
+//   session                  connection settings and the ZooKeeper session
+//   exit, report, values     exit codes, messages, parsed values
 mod cli;
+mod command;
 mod exit;
-mod holder;
-mod lease;
-mod recipe;
+mod lock;
 mod report;
-mod semaphore;
-mod signals;
-mod spawn;
+mod run;
+mod session;
 mod values;
-mod zk;
 
 use std::process::ExitCode;
 
@@ -27,7 +27,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(err),
     };
-    match app::run(cli) {
+    match run::run(cli) {
         Ok(exit) => exit.into(),
         Err(err) => {
             report::say(format_args!("{err:#}"));
@@ -64,6 +64,6 @@ fn one_line(rendered: &str) -> String {
     // clap quotes the offending value as given, control characters included.
     format!(
         "{}; see 'zklock run --help'",
-        holder::escape_controls(&words.join(" "))
+        lock::holder::escape_controls(&words.join(" "))
     )
 }

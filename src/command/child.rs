@@ -12,9 +12,9 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio::time::{Instant, sleep_until};
 
+use crate::command::signals::{Signals, is_terminating};
+use crate::command::spawn;
 use crate::exit::{ErrorKind, Exit, Failure};
-use crate::signals::{Signals, is_terminating};
-use crate::spawn;
 
 /// How often to look for stragglers in the command's process group after the
 /// command itself exited; there is no event for "the group is empty".
@@ -170,9 +170,6 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
     ))
 }
 
-/// Why the lock was lost (shown to the user).
-pub type LossReason = String;
-
 /// Supervises the command until it and its whole process group are gone.
 ///
 /// Signal policy, implemented here and nowhere else:
@@ -198,7 +195,7 @@ pub type LossReason = String;
 pub async fn supervise(
     mut child: Child,
     signals: &mut Signals,
-    mut lost: Pin<&mut dyn Future<Output = LossReason>>,
+    mut lost: Pin<&mut dyn Future<Output = String>>,
     kill_after: Duration,
     on_loss: &mut dyn FnMut(&str),
 ) -> Exit {

@@ -1,22 +1,25 @@
 //! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
+mod wait_report;
+
 use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
-use crate::acquire::{self, Acquired, Node, NodeWatch, Request};
-use crate::child::{self, Child};
+use self::wait_report::WaitReport;
 use crate::cli::{Cli, Command, RunArgs};
+use crate::command::child::{self, Child};
+use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
-use crate::holder;
-use crate::lease::{self, LeasePolicy};
-use crate::recipe::{LockKind, acquisition_order};
-use crate::report::{Report, WaitReport};
-use crate::signals::{Signals, aborts_waiting};
-use crate::zk::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
+use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
+use crate::lock::holder;
+use crate::lock::lease::{self, LeasePolicy};
+use crate::lock::recipe::{LockKind, acquisition_order};
+use crate::report::Report;
+use crate::session::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
 
 pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
@@ -105,7 +108,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let child = match Child::spawn(&plan.argv, &env) {
         Ok(child) => child,
         Err(err) => {
-            session.close(&held).await;
+            session.close(&acquire::paths(&held)).await;
             return Err(err);
         }
     };
@@ -139,7 +142,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         // and so consumes that watch. Dropping the lease first would make the
         // library send a RemoveWatches request, which the server must serve
         // before the delete that the next waiter is waiting for.
-        session.delete(&held).await;
+        session.delete(&acquire::paths(&held)).await;
         exit
     };
     session.close(&[]).await;
@@ -196,7 +199,7 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
                 let holder = observer.holder_description(&session).await;
-                session.close(&owned).await;
+                session.close(&acquire::paths(&owned)).await;
                 let why = if plan.wait {
                     "timed out waiting for"
                 } else {
@@ -206,23 +209,23 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
                 return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
-                session.close(&owned).await;
+                session.close(&acquire::paths(&owned)).await;
                 return Ok(Taken::Ended(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
-                session.close(&owned).await;
+                session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "our node vanished while waiting; queueing again in a new session"
                 ));
             }
             Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                session.close(&owned).await;
+                session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "session lost while waiting ({err:#}); queueing again"
                 ));
             }
             Waited::Done(Err(err)) => {
-                session.close(&owned).await;
+                session.close(&acquire::paths(&owned)).await;
                 return Err(err);
             }
         }

@@ -5,12 +5,12 @@
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
-use crate::acquire::{
+use crate::exit::Failure;
+use crate::lock::acquire::{
     Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, parent, take_turn,
 };
-use crate::exit::Failure;
-use crate::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES};
-use crate::zk::retrying;
+use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::session::retrying;
 
 /// A plain lock asked for on a semaphore's path would not exclude the
 /// semaphore's holders: refuse it, saying what the path is.

@@ -23,9 +23,11 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
-use crate::acquire::NodeWatch;
-use crate::child::LossReason;
-use crate::zk::{is_connection_loss, is_session_lost};
+use crate::lock::acquire::NodeWatch;
+
+/// Why the lock was lost (shown to the user).
+pub type LossReason = String;
+use crate::session::{is_connection_loss, is_session_lost};
 
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -268,7 +270,7 @@ mod tests {
         let session_timeout = Duration::from_secs(t);
         LeasePolicy {
             session_timeout,
-            connection_timeout: crate::zk::connection_timeout_for(session_timeout),
+            connection_timeout: crate::session::connection_timeout_for(session_timeout),
             kill_after: Duration::from_secs(k),
             on_disconnect: mode,
         }

@@ -9,7 +9,6 @@ use anyhow::{Result, anyhow};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::acquire::Node;
 use crate::exit::{ErrorKind, Failure};
 use crate::values::HostList;
 
@@ -144,12 +143,12 @@ impl Session {
 
     /// Deletes `nodes` (last first), waiting for the server's answers, within
     /// a bound; the first step of [`Session::close`].
-    pub async fn delete(&self, nodes: &[Node]) {
+    pub async fn delete(&self, nodes: &[&str]) {
         let bound = self.connection_timeout.max(CLOSE_WAIT);
         let deleting = async {
             for node in nodes.iter().rev() {
                 // NoNode is fine: someone (an operator, expiry) deleted it already.
-                let _ = retrying(|| self.client.delete(&node.path, None)).await;
+                let _ = retrying(|| self.client.delete(node, None)).await;
             }
         };
         let _ = tokio::time::timeout(bound, deleting).await;
@@ -164,7 +163,7 @@ impl Session {
     /// server to confirm each step, within bounds. Failing to delete is not
     /// fatal: closing the session deletes all our ephemerals, and if even
     /// that cannot reach the server, the nodes die with the session.
-    pub async fn close(self, nodes: &[Node]) {
+    pub async fn close(self, nodes: &[&str]) {
         self.delete(nodes).await;
         let Session {
             client, mut states, ..

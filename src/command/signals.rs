@@ -3,7 +3,7 @@
 //! Handlers are installed before zklock connects, so a signal that arrives at
 //! any point is seen and handled by policy instead of killing zklock with its
 //! node still in ZooKeeper. What each signal means is decided where it is
-//! received: `app.rs` while connecting and waiting, `child.rs` while the
+//! received: `run/` while connecting and waiting, `child.rs` while the
 //! command runs.
 
 use std::os::unix::net::UnixStream;

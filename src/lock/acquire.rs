@@ -9,9 +9,9 @@ use std::task::{Context as TaskContext, Waker};
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
-use crate::recipe::{self, LOCK, LockKind, READ, Standing, WRITE};
-use crate::semaphore;
-use crate::zk::{is_connection_loss, retrying};
+use crate::lock::recipe::{self, LOCK, LockKind, READ, Standing, WRITE};
+use crate::lock::semaphore;
+use crate::session::{is_connection_loss, retrying};
 
 /// A node of ours, once the server has it.
 #[derive(Debug, Clone)]
@@ -20,6 +20,11 @@ pub struct Node {
     pub path: String,
     /// The node's czxid: strictly increasing across successive holders.
     pub czxid: i64,
+}
+
+/// The paths of `nodes`, for deleting them.
+pub fn paths(nodes: &[Node]) -> Vec<&str> {
+    nodes.iter().map(|node| node.path.as_str()).collect()
 }
 
 impl Node {

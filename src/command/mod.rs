@@ -1,0 +1,6 @@
+//! The command zklock runs: starting it, delivering signals, supervising
+//! it and its process group until all of it is gone.
+
+pub mod child;
+pub mod signals;
+pub mod spawn;

@@ -1,0 +1,9 @@
+//! The lock recipe (DESIGN.md section 3): node names and ordering (pure),
+//! the acquire loops, semaphores, the lease that decides a held lock is lost,
+//! and the holder data stored in our nodes.
+
+pub mod acquire;
+pub mod holder;
+pub mod lease;
+pub mod recipe;
+pub mod semaphore;
