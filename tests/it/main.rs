@@ -7,6 +7,7 @@
 mod closed_stderr;
 mod conflict;
 mod connect;
+mod demo;
 mod exclusion;
 mod faults_ensemble;
 mod faults_proxy;
