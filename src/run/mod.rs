@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use tokio::time::Instant;
 
 use self::wait_report::WaitReport;
-use crate::cli::{Cli, Command, RunArgs};
+use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
@@ -21,13 +21,7 @@ use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
 use crate::session::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
 
-pub fn run(cli: Cli) -> Result<Exit> {
-    match cli.command {
-        Command::Run(args) => run_locked(args),
-    }
-}
-
-fn run_locked(args: RunArgs) -> Result<Exit> {
+pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
     let runtime = tokio::runtime::Builder::new_current_thread()

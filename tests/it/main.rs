@@ -19,6 +19,7 @@ mod holder_message;
 mod interop;
 mod kind_faults;
 mod multi_path;
+mod operator;
 mod run_basics;
 mod semaphore;
 mod shared;
