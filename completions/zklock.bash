@@ -19,11 +19,17 @@ _zklock() {
             zklock,break)
                 cmd="zklock__subcmd__break"
                 ;;
+            zklock,completions)
+                cmd="zklock__subcmd__completions"
+                ;;
             zklock,help)
                 cmd="zklock__subcmd__help"
                 ;;
             zklock,list)
                 cmd="zklock__subcmd__list"
+                ;;
+            zklock,man)
+                cmd="zklock__subcmd__man"
                 ;;
             zklock,run)
                 cmd="zklock__subcmd__run"
@@ -34,11 +40,17 @@ _zklock() {
             zklock__subcmd__help,break)
                 cmd="zklock__subcmd__help__subcmd__break"
                 ;;
+            zklock__subcmd__help,completions)
+                cmd="zklock__subcmd__help__subcmd__completions"
+                ;;
             zklock__subcmd__help,help)
                 cmd="zklock__subcmd__help__subcmd__help"
                 ;;
             zklock__subcmd__help,list)
                 cmd="zklock__subcmd__help__subcmd__list"
+                ;;
+            zklock__subcmd__help,man)
+                cmd="zklock__subcmd__help__subcmd__man"
                 ;;
             zklock__subcmd__help,run)
                 cmd="zklock__subcmd__help__subcmd__run"
@@ -53,7 +65,7 @@ _zklock() {
 
     case "${cmd}" in
         zklock)
-            opts="-h -V --help --version run status list break help"
+            opts="-h -V --help --version run status list break completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,8 +112,22 @@ _zklock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        zklock__subcmd__completions)
+            opts="-h -V --help --version bash elvish fish powershell zsh"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         zklock__subcmd__help)
-            opts="run status list break help"
+            opts="run status list break completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -115,6 +141,20 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__help__subcmd__break)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        zklock__subcmd__help__subcmd__completions)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -143,6 +183,20 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__help__subcmd__list)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        zklock__subcmd__help__subcmd__man)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -207,6 +261,20 @@ _zklock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        zklock__subcmd__man)
+            opts="-h -V --help --version run status list break completions man"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

@@ -3,7 +3,8 @@
 // Layers, each importing only from the ones below it:
 //   cli                      the command-line model
 //   run, status, list,       one module per subcommand (present: how the
-//   break_lock, present      operator commands show a lock)
+//   break_lock, generate,    operator commands show a lock)
+//   present
 //   lock, command            the lock recipe; the command's process
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
@@ -11,6 +12,7 @@ mod break_lock;
 mod cli;
 mod command;
 mod exit;
+mod generate;
 mod list;
 mod lock;
 mod present;
@@ -38,6 +40,8 @@ fn main() -> ExitCode {
         Command::Status(args) => status::status(args),
         Command::List(args) => list::list(args),
         Command::Break(args) => break_lock::break_lock(args),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man { subcommand } => generate::man(subcommand.as_deref()),
     };
     match outcome {
         Ok(exit) => exit.into(),

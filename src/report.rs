@@ -48,3 +48,14 @@ pub fn print_stdout(text: &str) {
         let _ = writeln!(std::io::stdout(), "{text}");
     }
 }
+
+/// Bytes on stdout as they are (generated scripts and pages). A closed
+/// stdout (`| head`) is not an error.
+pub fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result,
+    }
+}
