@@ -44,12 +44,12 @@ pub async fn acquire_permit(
     claim_semaphore(client, request.dir, limit).await?;
     let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
     let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
-    // The gate's watch lives until the gate is deleted, which consumes it;
-    // dropped earlier, it would cost a RemoveWatches request.
     let taken = match request.wait {
         true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
         false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, observer).await?,
     };
+    // The gate's watch lives until the gate is deleted, which consumes it;
+    // dropped earlier, it would cost a RemoveWatches request.
     let (gate, _gate_watch) = match taken {
         Acquired::Held(gate, watch) => (gate, watch),
         other => return Ok(other),
