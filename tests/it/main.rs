@@ -18,6 +18,7 @@ mod holder_message;
 mod interop;
 mod kind_faults;
 mod multi_path;
+mod reentrant;
 mod run_basics;
 mod semaphore;
 mod shared;
