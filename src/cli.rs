@@ -182,7 +182,11 @@ Environment given to the command:
   ZKLOCK_NODE           our lock node's full path
   ZKLOCK_FENCING_TOKEN  a number that increases with every new holder of the
                         lock (the node's czxid); pass it to the resource
-  ZKLOCK_SESSION_ID     the ZooKeeper session id, in hex";
+  ZKLOCK_SESSION_ID     the ZooKeeper session id, in hex
+
+A zklock run inside the command on the same paths finds these variables and
+runs at once under this lock (the same values); exclusive inside shared is
+refused (64).";
 
 #[derive(Debug, Args)]
 #[command(

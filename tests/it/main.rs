@@ -20,6 +20,7 @@ mod interop;
 mod kind_faults;
 mod multi_path;
 mod operator;
+mod reentrant;
 mod run_basics;
 mod semaphore;
 mod shared;
