@@ -22,6 +22,7 @@ mod multi_path;
 mod operator;
 mod reentrant;
 mod run_basics;
+mod secure_harness_selftest;
 mod semaphore;
 mod shared;
 mod signals;
