@@ -3,6 +3,7 @@
 
 mod wait_report;
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -34,7 +35,11 @@ fn run_locked(args: RunArgs) -> Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(lifecycle(args))
+    let result = runtime.block_on(lifecycle(args));
+    // Do not wait for a DNS lookup that is still running (see
+    // session::diagnose): its answer no longer matters.
+    runtime.shutdown_background();
+    result
 }
 
 /// Everything decided from the command line before talking to ZooKeeper.
@@ -56,6 +61,8 @@ impl<'a> Plan<'a> {
     fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
         let paths = args.lock_paths().map_err(Failure::usage)?;
+        // A typo in the command must not wait for the lock first.
+        child::check_runnable(&argv)?;
         let plan = Plan {
             args,
             data: holder::describe_self(&argv),
@@ -71,19 +78,28 @@ impl<'a> Plan<'a> {
             wait: args.wait_limit() != Some(Duration::ZERO),
             report: Report(args.verbosity()),
         };
-        plan.policy(plan.connect.session_timeout)
-            .check()
-            .map_err(Failure::usage)?;
+        // A --kill-after given must fit the session asked for (and, once
+        // connected, the one granted); an unset one is chosen to fit.
+        if args.kill_after.is_some() {
+            plan.policy(plan.connect.session_timeout)
+                .map_err(Failure::usage)?;
+        }
         Ok(plan)
     }
 
-    /// The lease rule for a (requested or granted) session timeout.
-    fn policy(&self, session_timeout: Duration) -> LeasePolicy {
-        LeasePolicy {
+    /// The lease rule for a (requested or granted) session timeout, with
+    /// `--kill-after` as given (refused if it does not fit) or, if unset,
+    /// the largest that fits.
+    fn policy(&self, session_timeout: Duration) -> Result<LeasePolicy, String> {
+        let policy = LeasePolicy {
             session_timeout,
             connection_timeout: connection_timeout_for(session_timeout),
-            kill_after: self.args.kill_after.0,
+            kill_after: self.args.kill_after.map_or(Duration::ZERO, |k| k.0),
             on_disconnect: self.args.on_disconnect,
+        };
+        match self.args.kill_after {
+            Some(_) => policy.check().map(|()| policy),
+            None => policy.with_default_kill_after(),
         }
     }
 }
@@ -92,8 +108,8 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
     let started = Instant::now();
-    let (session, held, watches) = match take_locks(&plan, &mut signals).await? {
-        Taken::Held(session, held, watches) => (session, held, watches),
+    let (session, held, watches, policy) = match take_locks(&plan, &mut signals).await? {
+        Taken::Held(session, held, watches, policy) => (*session, held, watches, policy),
         Taken::Ended(exit) => return Ok(exit),
     };
     for node in &held {
@@ -108,7 +124,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let child = match Child::spawn(&plan.argv, &env) {
         Ok(child) => child,
         Err(err) => {
-            session.close(&acquire::paths(&held)).await;
+            let _ = session.close(&acquire::paths(&held)).await;
             return Err(err);
         }
     };
@@ -118,13 +134,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
             hosts: plan.connect.hosts.connect_string().to_owned(),
             session: session.client().session().clone(),
         };
-        let lost = lease::lost(
-            session.client(),
-            &nodes,
-            watches,
-            plan.policy(session.timeout()),
-            &reattach,
-        );
+        let lost = lease::lost(session.client(), &nodes, watches, policy, &reattach);
         tokio::pin!(lost);
         let report = plan.report;
         let mut on_loss = |reason: &str| {
@@ -134,7 +144,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
             child,
             &mut signals,
             lost.as_mut(),
-            args.kill_after.0,
+            policy.kill_after,
             &mut on_loss,
         )
         .await;
@@ -142,19 +152,30 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         // and so consumes that watch. Dropping the lease first would make the
         // library send a RemoveWatches request, which the server must serve
         // before the delete that the next waiter is waiting for.
-        session.delete(&acquire::paths(&held)).await;
-        exit
+        let deleted = session.delete(&acquire::paths(&held)).await;
+        (exit, deleted)
     };
+    let (exit, deleted) = exit;
+    let timeout = session.timeout();
     session.close(&[]).await;
-    plan.report
-        .info(format_args!("released {}", plan.order.join(" ")));
+    if deleted {
+        plan.report
+            .info(format_args!("released {}", plan.order.join(" ")));
+    } else {
+        plan.report.info(format_args!(
+            "could not reach ZooKeeper to confirm the release of {}: it is released \
+             when the session expires, within {} at the latest",
+            plan.order.join(" "),
+            humantime::format_duration(timeout)
+        ));
+    }
     Ok(exit)
 }
 
 enum Taken {
     /// Every lock is ours; the nodes are in acquisition order, each with
     /// the watch set on it while waiting, if any.
-    Held(Session, Vec<Node>, Vec<Option<NodeWatch>>),
+    Held(Box<Session>, Vec<Node>, Vec<Option<NodeWatch>>, LeasePolicy),
     /// zklock ends without running the command.
     Ended(Exit),
 }
@@ -179,53 +200,116 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             session.id(),
             humantime::format_duration(session.timeout())
         ));
-        if let Err(why) = plan.policy(session.timeout()).check() {
-            session.close(&[]).await;
-            return Err(Failure::usage(format!(
-                "the ensemble granted a shorter session: {why}"
-            )));
+        let policy = match plan.policy(session.timeout()) {
+            Ok(policy) => policy,
+            Err(why) => {
+                let granted = humantime::format_duration(session_timeout_ms(&session));
+                let _ = session.close(&[]).await;
+                return Err(Failure::usage(match plan.args.kill_after {
+                    Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
+                    None => format!("the ensemble granted a {granted} session: {why}"),
+                }));
+            }
+        };
+        if plan.args.kill_after.is_none() {
+            report.info(format_args!(
+                "--kill-after not given: {} (the most a {} session leaves room for, at most {})",
+                humantime::format_duration(policy.kill_after),
+                humantime::format_duration(session_timeout_ms(&session)),
+                humantime::format_duration(lease::DEFAULT_KILL_AFTER),
+            ));
         }
         let mut owned = Vec::new();
         let mut watches = Vec::new();
         let mut observer = WaitReport::new(report);
+        let looked = observer.looked.clone();
+        let unreachable_since = Cell::new(None);
         let waited = tokio::select! {
             result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
-            () = sleep_until(deadline) => Waited::TimedOut,
+            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
+            () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
         };
+        let held_path = observer
+            .current
+            .clone()
+            .unwrap_or_else(|| plan.order.join(" "));
         match waited {
             Waited::Done(Ok(Acquired::Held(..))) => {
-                return Ok(Taken::Held(session, owned, watches));
+                return Ok(Taken::Held(Box::new(session), owned, watches, policy));
+            }
+            Waited::TimedOut if unreachable_since.get().is_some() => {
+                // Say what happened, and end on time: the deletes get a
+                // bounded chance (the connection may come back); otherwise
+                // our nodes go with the session.
+                let since = unreachable_since
+                    .get()
+                    .map_or(Duration::ZERO, |s| s.elapsed());
+                let timeout = session_timeout_ms(&session);
+                let deleted = Cell::new(false);
+                let cleanup = async {
+                    deleted.set(session.delete(&acquire::paths(&owned)).await);
+                    let _ = session.close(&[]).await;
+                };
+                let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
+                let fate = match deleted.get() {
+                    true => String::new(),
+                    false => format!(
+                        " (our queue node goes when the session expires, within {})",
+                        humantime::format_duration(timeout)
+                    ),
+                };
+                report.note(format_args!(
+                    "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
+                    humantime::format_duration(Duration::from_millis(since.as_millis() as u64)),
+                ));
+                return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
-                let holder = observer.holder_description(&session).await;
-                session.close(&acquire::paths(&owned)).await;
                 let why = if plan.wait {
                     "timed out waiting for"
                 } else {
                     "not waiting for"
                 };
-                report.note(format_args!("{why} {}{holder}", plan.order.join(" ")));
+                // Past the deadline, the cleanup is bounded: the nodes go
+                // with the session anyway.
+                let cleanup = async {
+                    let holder = observer.holder_description(&session).await;
+                    let _ = session.close(&acquire::paths(&owned)).await;
+                    holder
+                };
+                let holder = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup)
+                    .await
+                    .unwrap_or_default();
+                report.note(format_args!("{why} {held_path}{holder}"));
                 return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 return Ok(Taken::Ended(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "our node vanished while waiting; queueing again in a new session"
                 ));
             }
             Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "session lost while waiting ({err:#}); queueing again"
                 ));
             }
             Waited::Done(Err(err)) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
+                if err.downcast_ref::<acquire::MissingChroot>().is_some() {
+                    let hosts = &plan.connect.hosts;
+                    return Err(Failure::usage(format!(
+                        "the chroot {} given with -z does not exist at {}",
+                        hosts.chroot().unwrap_or("/"),
+                        hosts.connect_string()
+                    )));
+                }
                 return Err(err);
             }
         }
@@ -250,6 +334,7 @@ async fn acquire_all(
 ) -> Result<Acquired> {
     let mut last = Acquired::Busy;
     for dir in &plan.order {
+        observer.current = Some((*dir).to_owned());
         let request = Request {
             client,
             dir,
@@ -315,9 +400,28 @@ async fn abort_signal(signals: &mut Signals) -> i32 {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
+/// How long cleaning up may take once the deadline has passed.
+const CLEANUP_AFTER_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Resolves at the deadline, but not before the queue was looked at once
+/// (a positive timeout never does worse than --no-wait), unless ZooKeeper is
+/// unreachable, when that look could take until the session expires.
+async fn deadline_after_first_look(
+    deadline: Option<Instant>,
+    looked: &Cell<bool>,
+    unreachable_since: &Cell<Option<Instant>>,
+) {
+    let Some(deadline) = deadline else {
+        return std::future::pending().await;
+    };
+    tokio::time::sleep_until(deadline).await;
+    // The flags are set by futures of the same select; no event to wait on.
+    while !looked.get() && unreachable_since.get().is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// The granted session timeout, to the millisecond (for messages).
+fn session_timeout_ms(session: &Session) -> Duration {
+    Duration::from_millis(session.timeout().as_millis() as u64)
 }

@@ -7,6 +7,7 @@
 mod closed_stderr;
 mod conflict;
 mod connect;
+mod defaults;
 mod exclusion;
 mod faults_ensemble;
 mod faults_proxy;
@@ -17,6 +18,7 @@ mod harness_selftest;
 mod holder_message;
 mod interop;
 mod kind_faults;
+mod messages;
 mod multi_path;
 mod run_basics;
 mod semaphore;
