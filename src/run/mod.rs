@@ -1,6 +1,7 @@
 //! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
+mod give_up;
 mod wait_report;
 
 use std::cell::Cell;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
+use self::give_up::{GivenUp, deadline_after_first_look};
 use self::wait_report::WaitReport;
 use crate::cli::{Cli, Command, RunArgs};
 use crate::command::child::{self, Child};
@@ -238,50 +240,13 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             Waited::Done(Ok(Acquired::Held(..))) => {
                 return Ok(Taken::Held(Box::new(session), owned, watches, policy));
             }
-            Waited::TimedOut if unreachable_since.get().is_some() => {
-                // Say what happened, and end on time: the deletes get a
-                // bounded chance (the connection may come back); otherwise
-                // our nodes go with the session.
-                let since = unreachable_since
-                    .get()
-                    .map_or(Duration::ZERO, |s| s.elapsed());
-                let timeout = session_timeout_ms(&session);
-                let deleted = Cell::new(false);
-                let cleanup = async {
-                    deleted.set(session.delete(&acquire::paths(&owned)).await);
-                    let _ = session.close(&[]).await;
-                };
-                let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
-                let fate = match deleted.get() {
-                    true => String::new(),
-                    false => format!(
-                        " (our queue node goes when the session expires, within {})",
-                        humantime::format_duration(timeout)
-                    ),
-                };
-                report.note(format_args!(
-                    "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-                    humantime::format_duration(Duration::from_millis(since.as_millis() as u64)),
-                ));
-                return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
-            }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
-                let why = if plan.wait {
-                    "timed out waiting for"
-                } else {
-                    "not waiting for"
+                let given_up = GivenUp {
+                    held_path: &held_path,
+                    waited: plan.wait,
+                    unreachable_since: unreachable_since.get(),
                 };
-                // Past the deadline, the cleanup is bounded: the nodes go
-                // with the session anyway.
-                let cleanup = async {
-                    let holder = observer.holder_description(&session).await;
-                    let _ = session.close(&acquire::paths(&owned)).await;
-                    holder
-                };
-                let holder = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup)
-                    .await
-                    .unwrap_or_default();
-                report.note(format_args!("{why} {held_path}{holder}"));
+                given_up.end(session, &owned, &observer, report).await;
                 return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
@@ -400,28 +365,7 @@ async fn abort_signal(signals: &mut Signals) -> i32 {
     }
 }
 
-/// How long cleaning up may take once the deadline has passed.
-const CLEANUP_AFTER_DEADLINE: Duration = Duration::from_secs(1);
-
-/// Resolves at the deadline, but not before the queue was looked at once
-/// (a positive timeout never does worse than --no-wait), unless ZooKeeper is
-/// unreachable, when that look could take until the session expires.
-async fn deadline_after_first_look(
-    deadline: Option<Instant>,
-    looked: &Cell<bool>,
-    unreachable_since: &Cell<Option<Instant>>,
-) {
-    let Some(deadline) = deadline else {
-        return std::future::pending().await;
-    };
-    tokio::time::sleep_until(deadline).await;
-    // The flags are set by futures of the same select; no event to wait on.
-    while !looked.get() && unreachable_since.get().is_none() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// The granted session timeout, to the millisecond (for messages).
-fn session_timeout_ms(session: &Session) -> Duration {
+pub(crate) fn session_timeout_ms(session: &Session) -> Duration {
     Duration::from_millis(session.timeout().as_millis() as u64)
 }
