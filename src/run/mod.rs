@@ -214,12 +214,19 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             }
         };
         if plan.args.kill_after.is_none() {
-            report.info(format_args!(
-                "--kill-after not given: {} (the most a {} session leaves room for, at most {})",
-                humantime::format_duration(policy.kill_after),
-                humantime::format_duration(session_timeout_ms(&session)),
-                humantime::format_duration(lease::DEFAULT_KILL_AFTER),
-            ));
+            let kill_after = humantime::format_duration(policy.kill_after);
+            let granted = humantime::format_duration(session_timeout_ms(&session));
+            let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
+                format!("the default, which fits a {granted} session")
+            } else if policy.check().is_ok() {
+                format!("the most a {granted} session leaves room for")
+            } else {
+                format!(
+                    "a {granted} session leaves no room to reconnect in; half of what is \
+                     left before it can expire"
+                )
+            };
+            report.info(format_args!("--kill-after not given: {kill_after} ({why})"));
         }
         let mut owned = Vec::new();
         let mut watches = Vec::new();

@@ -50,6 +50,12 @@ fn unset_kill_after_fits_every_granted_session() {
             "{t}: {line}"
         );
         assert!(line.contains(&format!("a {shown} session")), "{t}: {line}");
+        let reason = match t {
+            "1s" => "leaves no room to reconnect in",
+            "10s" | "60s" => "the default",
+            _ => "the most",
+        };
+        assert!(line.contains(reason), "{t}: {line}");
     }
 }
 
@@ -91,6 +97,17 @@ fn tiny_timeout_takes_a_free_lock_like_no_wait() {
             );
             assert_eq!(out.code(), 0, "run {run} {wait:?}: {}", out.stderr);
         }
+    }
+    // A semaphore with a free permit, and a shared lock.
+    for kind in [&["--limit", "2"][..], &["-s"]] {
+        let path = format!("{base}/kind{}", kind.len());
+        let out = run_bounded(
+            zklock_run(&connect, &path)
+                .args(kind)
+                .args(["-w", "1ms", "--", "true"]),
+            LONG,
+        );
+        assert_eq!(out.code(), 0, "{kind:?}: {}", out.stderr);
     }
     // Several free paths: all of them, as --no-wait would.
     let out = run_bounded(
