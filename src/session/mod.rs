@@ -168,6 +168,24 @@ impl Session {
         tokio::time::timeout(bound, deleting).await.unwrap_or(false)
     }
 
+    /// Since when the connection to the ensemble has been down, if it is:
+    /// resolves never; keeps `since` current while polled.
+    pub async fn track_connection(&self, since: &std::cell::Cell<Option<Instant>>) {
+        let mut states = self.client.state_watcher();
+        let mut state = states.peek_state();
+        loop {
+            match state {
+                zk::SessionState::SyncConnected => since.set(None),
+                _ if since.get().is_none() => since.set(Some(Instant::now())),
+                _ => {}
+            }
+            if state.is_terminated() {
+                return std::future::pending().await;
+            }
+            state = states.changed().await;
+        }
+    }
+
     /// The session timeout the ensemble granted (not necessarily the one asked for).
     pub fn timeout(&self) -> Duration {
         self.client.session_timeout()
@@ -232,24 +250,4 @@ async fn diagnose(connect_string: &str) -> Option<String> {
     };
     let _ = tokio::time::timeout(BOUND, probing).await;
     (!causes.is_empty()).then(|| causes.join("; "))
-}
-
-impl Session {
-    /// Since when the connection to the ensemble has been down, if it is:
-    /// resolves never; keeps `since` current while polled.
-    pub async fn track_connection(&self, since: &std::cell::Cell<Option<Instant>>) {
-        let mut states = self.client.state_watcher();
-        let mut state = states.peek_state();
-        loop {
-            match state {
-                zk::SessionState::SyncConnected => since.set(None),
-                _ if since.get().is_none() => since.set(Some(Instant::now())),
-                _ => {}
-            }
-            if state.is_terminated() {
-                return std::future::pending().await;
-            }
-            state = states.changed().await;
-        }
-    }
 }
