@@ -255,13 +255,11 @@ pub struct RunArgs {
 
     /// After forwarding a terminating signal, or when the lock is lost, kill
     /// the command's process group if it is still running after DURATION.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        allow_negative_numbers = true,
-        default_value = "5s"
-    )]
-    pub kill_after: Seconds,
+    /// Default: the largest value that fits the session the ensemble grants,
+    /// at most 5s (`-v` says which). A value given here that does not fit is
+    /// refused (exit 64).
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub kill_after: Option<Seconds>,
 
     /// What a lost connection means while the command runs: `lease` keeps
     /// it running while the session can still come back (until the lease

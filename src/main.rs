@@ -65,10 +65,53 @@ fn usage_error(err: clap::Error) -> ExitCode {
             Exit::Usage.into()
         }
         _ => {
-            report::say(format_args!("{}", one_line(&err.render().to_string())));
+            let line = match from_environment(&err) {
+                Some(variable) => in_variable(&err, variable),
+                None => err.render().to_string(),
+            };
+            report::say(format_args!("{}", one_line(&line)));
             Exit::Usage.into()
         }
     }
+}
+
+/// The environment variable an invalid value came from, if it did: clap
+/// names the option either way. Parsing again without the variable tells:
+/// the same error then means the command line gave the value.
+fn from_environment(err: &clap::Error) -> Option<&'static str> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    const VARIABLES: [(&str, &str, &str); 1] = [("--zookeeper", "hosts", "ZKLOCK_ZOOKEEPER")];
+    if err.kind() != ClapErrorKind::ValueValidation {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let (_, id, variable) = VARIABLES
+        .into_iter()
+        .find(|(flag, _, _)| arg.starts_with(flag))?;
+    std::env::var_os(variable)?;
+    let without = cli::Cli::command()
+        .mut_subcommand("run", |run| run.mut_arg(id, |a| a.env(None)))
+        .try_get_matches();
+    let same_error = without.err().is_some_and(|again| {
+        again.kind() == err.kind()
+            && again.get(ContextKind::InvalidArg).map(ToString::to_string) == Some(arg.clone())
+    });
+    (!same_error).then_some(variable)
+}
+
+/// clap's message for a bad value, naming the variable it came from.
+fn in_variable(err: &clap::Error, variable: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    use std::error::Error;
+    let value = match err.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => value.clone(),
+        _ => String::new(),
+    };
+    let reason = err.source().map(|r| format!(": {r}")).unwrap_or_default();
+    format!("invalid value '{value}' in {variable}{reason}")
 }
 
 /// clap's first paragraph (the error itself, without usage and tips),

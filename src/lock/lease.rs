@@ -62,24 +62,27 @@ impl LeasePolicy {
         }
     }
 
+    /// The most `--kill-after` may be: a noticed disconnection must leave
+    /// room for K and the margin before the earliest expiry, and (in lease
+    /// mode) one connection timeout to reconnect in. Values must stay below it.
+    fn kill_after_budget(&self, reconnect: bool) -> Duration {
+        let needed = match (self.on_disconnect, reconnect) {
+            (OnDisconnect::Lease, true) => self.connection_timeout,
+            _ => Duration::ZERO,
+        };
+        self.session_timeout
+            .saturating_sub(self.connection_timeout + self.margin() + needed)
+    }
+
     /// Refuses settings under which the command could outlive the session:
     /// `--kill-after` must fit between a noticed disconnection and the
     /// earliest expiry, leaving (in lease mode) one connection timeout to
     /// reconnect in.
     pub fn check(&self) -> Result<(), String> {
-        let needed = match self.on_disconnect {
-            OnDisconnect::Kill => Duration::ZERO,
-            OnDisconnect::Lease => self.connection_timeout,
-        };
-        let budget = self
-            .session_timeout
-            .saturating_sub(self.connection_timeout + self.margin() + needed);
+        let budget = self.kill_after_budget(true);
         if self.kill_after < budget {
             return Ok(());
         }
-        let fmt = |d: Duration| {
-            humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
-        };
         Err(format!(
             "--kill-after {} leaves no room in a {} session: a lost lock could not be \
              given up before the session expires; use --kill-after below {} or a longer \
@@ -89,6 +92,41 @@ impl LeasePolicy {
             fmt(budget),
         ))
     }
+
+    /// This policy with the `--kill-after` an unset option takes: the
+    /// largest value below the budget, in whole 10 ms, at most
+    /// [`DEFAULT_KILL_AFTER`]. A session so short that even that budget is
+    /// empty (about 2 s and less, lease mode) gives up the reconnection
+    /// window instead of the guarantee: K is then half of what is left
+    /// between a noticed disconnection and the expiry, and the lease keeps
+    /// the command for the other half. Errs only when nothing is left at all.
+    pub fn with_default_kill_after(self) -> Result<LeasePolicy, String> {
+        const STEP: Duration = Duration::from_millis(10);
+        let below = |budget: Duration| {
+            let steps =
+                budget.saturating_sub(Duration::from_millis(1)).as_millis() / STEP.as_millis();
+            STEP * steps as u32
+        };
+        let mut kill_after = below(self.kill_after_budget(true)).min(DEFAULT_KILL_AFTER);
+        if kill_after.is_zero() {
+            kill_after = below(self.kill_after_budget(false) / 2);
+        }
+        if kill_after.is_zero() {
+            return Err(format!(
+                "a {} session is too short to stop the command before it expires; \
+                 use a longer --session-timeout",
+                fmt(self.session_timeout)
+            ));
+        }
+        Ok(LeasePolicy { kill_after, ..self })
+    }
+}
+
+/// `--kill-after` when not given and the session leaves room for it.
+pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
+
+fn fmt(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
 /// How to reach our session from a second connection (see [`probe`]).
@@ -299,6 +337,43 @@ mod tests {
         assert!(err.contains("--kill-after 10s leaves no room"), "{err}");
         assert!(policy(10, 8, OnDisconnect::Kill).check().is_err());
         assert!(policy(10, 7, OnDisconnect::Kill).check().is_ok());
+    }
+
+    #[test]
+    fn default_kill_after_fits_the_granted_session() {
+        let default = |t_ms: u64| {
+            let session_timeout = Duration::from_millis(t_ms);
+            LeasePolicy {
+                session_timeout,
+                connection_timeout: crate::session::connection_timeout_for(session_timeout),
+                kill_after: Duration::MAX,
+                on_disconnect: OnDisconnect::Lease,
+            }
+            .with_default_kill_after()
+        };
+        assert_eq!(default(60_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
+        assert_eq!(default(10_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
+        assert_eq!(
+            default(4_000).unwrap().kill_after,
+            Duration::from_millis(1640)
+        );
+        assert_eq!(
+            default(2_000).unwrap().kill_after,
+            Duration::from_millis(90)
+        );
+        // 1 s: no room to reconnect; half of the 0.4 s left before expiry.
+        let short = default(1_000).unwrap();
+        assert_eq!(short.kill_after, Duration::from_millis(190));
+        assert!(short.grace() > Duration::ZERO);
+        for t in [400, 1_000, 2_000, 4_000, 10_000, 60_000] {
+            let p = default(t).unwrap();
+            assert!(p.kill_after > Duration::ZERO, "{t}");
+            assert!(
+                p.connection_timeout + p.grace() + p.kill_after + p.margin() <= p.session_timeout,
+                "{t}: {p:?}"
+            );
+        }
+        assert!(default(100).is_err());
     }
 
     #[test]

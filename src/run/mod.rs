@@ -2,15 +2,18 @@
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
 mod ancestor;
+mod give_up;
 mod reentry;
 mod wait_report;
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
+use self::give_up::{GivenUp, deadline_after_first_look};
 use self::wait_report::WaitReport;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
@@ -30,7 +33,11 @@ pub fn run(args: RunArgs) -> Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(lifecycle(args))
+    let result = runtime.block_on(lifecycle(args));
+    // Do not wait for a DNS lookup that is still running (see
+    // session::diagnose): its answer no longer matters.
+    runtime.shutdown_background();
+    result
 }
 
 /// Everything decided from the command line before talking to ZooKeeper.
@@ -52,6 +59,8 @@ impl<'a> Plan<'a> {
     fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
         let paths = args.lock_paths().map_err(Failure::usage)?;
+        // A typo in the command must not wait for the lock first.
+        child::check_runnable(&argv)?;
         let plan = Plan {
             args,
             data: holder::describe_self(&argv),
@@ -67,19 +76,28 @@ impl<'a> Plan<'a> {
             wait: args.wait_limit() != Some(Duration::ZERO),
             report: Report(args.verbosity()),
         };
-        plan.policy(plan.connect.session_timeout)
-            .check()
-            .map_err(Failure::usage)?;
+        // A --kill-after given must fit the session asked for (and, once
+        // connected, the one granted); an unset one is chosen to fit.
+        if args.kill_after.is_some() {
+            plan.policy(plan.connect.session_timeout)
+                .map_err(Failure::usage)?;
+        }
         Ok(plan)
     }
 
-    /// The lease rule for a (requested or granted) session timeout.
-    fn policy(&self, session_timeout: Duration) -> LeasePolicy {
-        LeasePolicy {
+    /// The lease rule for a (requested or granted) session timeout, with
+    /// `--kill-after` as given (refused if it does not fit) or, if unset,
+    /// the largest that fits.
+    fn policy(&self, session_timeout: Duration) -> Result<LeasePolicy, String> {
+        let policy = LeasePolicy {
             session_timeout,
             connection_timeout: connection_timeout_for(session_timeout),
-            kill_after: self.args.kill_after.0,
+            kill_after: self.args.kill_after.map_or(Duration::ZERO, |k| k.0),
             on_disconnect: self.args.on_disconnect,
+        };
+        match self.args.kill_after {
+            Some(_) => policy.check().map(|()| policy),
+            None => policy.with_default_kill_after(),
         }
     }
 }
@@ -91,8 +109,8 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         return Ok(exit);
     }
     let started = Instant::now();
-    let (session, held, watches) = match take_locks(&plan, &mut signals).await? {
-        Taken::Held(session, held, watches) => (session, held, watches),
+    let (session, held, watches, policy) = match take_locks(&plan, &mut signals).await? {
+        Taken::Held(session, held, watches, policy) => (*session, held, watches, policy),
         Taken::Ended(exit) => return Ok(exit),
     };
     for node in &held {
@@ -110,18 +128,28 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         owner: session.id(),
         ours: true,
     };
-    match run_command(&plan, &mut signals, &session, lock, &env).await {
-        Ok(exit) => {
-            session.close(&[]).await;
-            plan.report
-                .info(format_args!("released {}", plan.order.join(" ")));
-            Ok(exit)
-        }
+    let exit = run_command(&plan, &mut signals, &session, lock, policy, &env).await;
+    let timeout = session.timeout();
+    let (exit, deleted) = match exit {
+        Ok(done) => done,
         Err(err) => {
-            session.close(&acquire::paths(&held)).await;
-            Err(err)
+            let _ = session.close(&acquire::paths(&held)).await;
+            return Err(err);
         }
+    };
+    session.close(&[]).await;
+    if deleted {
+        plan.report
+            .info(format_args!("released {}", plan.order.join(" ")));
+    } else {
+        plan.report.info(format_args!(
+            "could not reach ZooKeeper to confirm the release of {}: it is released \
+             when the session expires, within {} at the latest",
+            plan.order.join(" "),
+            humantime::format_duration(timeout)
+        ));
     }
+    Ok(exit)
 }
 
 /// The lock the command runs under, as the lease watches it.
@@ -137,15 +165,17 @@ struct HeldLock {
 }
 
 /// Spawns the command and supervises it while `lock` holds; then deletes
-/// the lock's nodes if they are ours. On an error before the command ran,
-/// nothing is deleted: the caller cleans up.
+/// the lock's nodes if they are ours. The exit, and whether the server
+/// confirmed the deletes. On an error before the command ran, nothing is
+/// deleted: the caller cleans up.
 async fn run_command(
     plan: &Plan<'_>,
     signals: &mut Signals,
     session: &Session,
     lock: HeldLock,
+    policy: LeasePolicy,
     env: &[(&'static str, String)],
-) -> Result<Exit> {
+) -> Result<(Exit, bool)> {
     let child = Child::spawn(&plan.argv, env)?;
     let reattach = lease::Reattach {
         hosts: plan.connect.hosts.connect_string().to_owned(),
@@ -155,7 +185,7 @@ async fn run_command(
         session.client(),
         &lock.nodes,
         lock.watches,
-        plan.policy(session.timeout()),
+        policy,
         &reattach,
         lock.owner,
     );
@@ -167,7 +197,7 @@ async fn run_command(
         child,
         signals,
         lost.as_mut(),
-        plan.args.kill_after.0,
+        policy.kill_after,
         &mut on_loss,
     )
     .await;
@@ -175,17 +205,19 @@ async fn run_command(
     // and so consumes that watch. Dropping the lease first would make the
     // library send a RemoveWatches request, which the server must serve
     // before the delete that the next waiter is waiting for.
-    if lock.ours {
+    let deleted = if lock.ours {
         let nodes: Vec<&str> = lock.nodes.iter().map(String::as_str).collect();
-        session.delete(&nodes).await;
-    }
-    Ok(exit)
+        session.delete(&nodes).await
+    } else {
+        true
+    };
+    Ok((exit, deleted))
 }
 
 enum Taken {
     /// Every lock is ours; the nodes are in acquisition order, each with
     /// the watch set on it while waiting, if any.
-    Held(Session, Vec<Node>, Vec<Option<NodeWatch>>),
+    Held(Box<Session>, Vec<Node>, Vec<Option<NodeWatch>>, LeasePolicy),
     /// zklock ends without running the command.
     Ended(Exit),
 }
@@ -200,51 +232,64 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
         .filter(|_| plan.wait)
         .map(|limit| Instant::now() + limit);
     loop {
-        let session = match connect(plan, signals).await? {
-            Ok(session) => session,
+        let (session, policy) = match connect(plan, signals).await? {
+            Ok(connected) => connected,
             Err(exit) => return Ok(Taken::Ended(exit)),
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
         let mut observer = WaitReport::new(report);
+        let looked = observer.looked.clone();
+        let unreachable_since = Cell::new(None);
         let waited = tokio::select! {
             result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
-            () = sleep_until(deadline) => Waited::TimedOut,
+            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
+            () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
         };
+        let held_path = observer
+            .current
+            .clone()
+            .unwrap_or_else(|| plan.order.join(" "));
         match waited {
             Waited::Done(Ok(Acquired::Held(..))) => {
-                return Ok(Taken::Held(session, owned, watches));
+                return Ok(Taken::Held(Box::new(session), owned, watches, policy));
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
-                let holder = observer.holder_description(&session).await;
-                session.close(&acquire::paths(&owned)).await;
-                let why = if plan.wait {
-                    "timed out waiting for"
-                } else {
-                    "not waiting for"
+                let given_up = GivenUp {
+                    held_path: &held_path,
+                    waited: plan.wait,
+                    unreachable_since: unreachable_since.get(),
                 };
-                report.note(format_args!("{why} {}{holder}", plan.order.join(" ")));
+                given_up.end(session, &owned, &observer, report).await;
                 return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 return Ok(Taken::Ended(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "our node vanished while waiting; queueing again in a new session"
                 ));
             }
             Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "session lost while waiting ({err:#}); queueing again"
                 ));
             }
             Waited::Done(Err(err)) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
+                if err.downcast_ref::<acquire::MissingChroot>().is_some() {
+                    let hosts = &plan.connect.hosts;
+                    return Err(Failure::usage(format!(
+                        "the chroot {} given with -z does not exist at {}",
+                        hosts.chroot().unwrap_or("/"),
+                        hosts.connect_string()
+                    )));
+                }
                 return Err(err);
             }
         }
@@ -258,9 +303,13 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
     }
 }
 
-/// Connects, and checks the lease rule against the granted session timeout;
+/// Connects, and applies the lease rule to the granted session timeout
+/// (refusing a --kill-after that does not fit; choosing one if unset);
 /// `Err(exit)` when a signal ended zklock meanwhile.
-async fn connect(plan: &Plan<'_>, signals: &mut Signals) -> Result<Result<Session, Exit>> {
+async fn connect(
+    plan: &Plan<'_>,
+    signals: &mut Signals,
+) -> Result<Result<(Session, LeasePolicy), Exit>> {
     let session = tokio::select! {
         session = Session::connect(&plan.connect) => session?,
         signal = abort_signal(signals) => return Ok(Err(Exit::Signal(signal))),
@@ -271,13 +320,34 @@ async fn connect(plan: &Plan<'_>, signals: &mut Signals) -> Result<Result<Sessio
         session.id(),
         humantime::format_duration(session.timeout())
     ));
-    if let Err(why) = plan.policy(session.timeout()).check() {
-        session.close(&[]).await;
-        return Err(Failure::usage(format!(
-            "the ensemble granted a shorter session: {why}"
-        )));
+    let policy = match plan.policy(session.timeout()) {
+        Ok(policy) => policy,
+        Err(why) => {
+            let granted = humantime::format_duration(session_timeout_ms(&session));
+            let _ = session.close(&[]).await;
+            return Err(Failure::usage(match plan.args.kill_after {
+                Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
+                None => format!("the ensemble granted a {granted} session: {why}"),
+            }));
+        }
+    };
+    if plan.args.kill_after.is_none() {
+        let kill_after = humantime::format_duration(policy.kill_after);
+        let granted = humantime::format_duration(session_timeout_ms(&session));
+        let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
+            format!("the default, which fits a {granted} session")
+        } else if policy.check().is_ok() {
+            format!("the most a {granted} session leaves room for")
+        } else {
+            format!(
+                "a {granted} session leaves no room to reconnect in; half of what is \
+                 left before it can expire"
+            )
+        };
+        plan.report
+            .info(format_args!("--kill-after not given: {kill_after} ({why})"));
     }
-    Ok(Ok(session))
+    Ok(Ok((session, policy)))
 }
 
 /// Takes the locks one by one in acquisition order. On success `owned`
@@ -291,6 +361,7 @@ async fn acquire_all(
 ) -> Result<Acquired> {
     let mut last = Acquired::Busy;
     for dir in &plan.order {
+        observer.current = Some((*dir).to_owned());
         let request = Request {
             client,
             dir,
@@ -356,9 +427,7 @@ async fn abort_signal(signals: &mut Signals) -> i32 {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
+/// The granted session timeout, to the millisecond (for messages).
+pub(crate) fn session_timeout_ms(session: &Session) -> Duration {
+    Duration::from_millis(session.timeout().as_millis() as u64)
 }

@@ -34,8 +34,8 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
         return Ok(None);
     };
-    let session = match connect(plan, signals).await? {
-        Ok(session) => session,
+    let (session, policy) = match connect(plan, signals).await? {
+        Ok(connected) => connected,
         Err(exit) => return Ok(Some(exit)),
     };
     let mut verdicts = Vec::new();
@@ -44,7 +44,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
             Some(claim) => match observe(session.client(), claim).await {
                 Ok(observed) => Some(ancestor::verdict(claim, plan.kind, &observed)),
                 Err(err) => {
-                    session.close(&[]).await;
+                    let _ = session.close(&[]).await;
                     return Err(err);
                 }
             },
@@ -54,11 +54,11 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     }
     let held = match ancestor::decide(&plan.paths, plan.kind, &verdicts) {
         Decision::Normal => {
-            session.close(&[]).await;
+            let _ = session.close(&[]).await;
             return Ok(None);
         }
         Decision::Refuse(message) => {
-            session.close(&[]).await;
+            let _ = session.close(&[]).await;
             return Err(Failure::usage(message));
         }
         Decision::Reenter(held) => held,
@@ -82,9 +82,9 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
         owner,
         ours: false,
     };
-    let exit = run_command(plan, signals, &session, lock, &env).await;
-    session.close(&[]).await;
-    exit.map(Some)
+    let exit = run_command(plan, signals, &session, lock, policy, &env).await;
+    let _ = session.close(&[]).await;
+    exit.map(|(exit, _)| Some(exit))
 }
 
 /// Reads what decides a claim, after a sync: a new session may be served

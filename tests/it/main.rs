@@ -7,6 +7,7 @@
 mod closed_stderr;
 mod conflict;
 mod connect;
+mod defaults;
 mod demo;
 mod exclusion;
 mod faults_ensemble;
@@ -18,6 +19,7 @@ mod harness_selftest;
 mod holder_message;
 mod interop;
 mod kind_faults;
+mod messages;
 mod multi_path;
 mod operator;
 mod reentrant;
