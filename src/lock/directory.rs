@@ -129,32 +129,39 @@ impl LockView {
 
 /// The view of a plain (exclusive or read/write) lock directory.
 pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
-    let names: Vec<String> = children.iter().map(|c| c.name.clone()).collect();
-    let mut contenders: Vec<(i32, bool, Entry)> = children
+    let mut contenders: Vec<(i32, Class, ChildNode)> = children
         .into_iter()
         .filter_map(|node| {
             let contender = recipe::parse_contender(&node.name)?;
-            let seq = contender.seq;
-            let held = recipe::standing(&names, &node.name) == recipe::Standing::Held;
-            let kind = entry_kind(&node.name, contender.class);
-            Some((seq, held, entry(node, kind, held)))
+            Some((contender.seq, contender.class, node))
         })
         .collect();
     contenders.sort_by(|a, b| recipe::seq_order(a.0, b.0));
-    let shared = contenders
+    let classes: Vec<Class> = contenders.iter().map(|(_, class, _)| *class).collect();
+    let mut holders = Vec::new();
+    let mut waiting = Vec::new();
+    for ((_, class, node), held) in contenders.into_iter().zip(recipe::holding(&classes)) {
+        let kind = entry_kind(&node.name, class);
+        let entry = entry(node, kind, held);
+        if held {
+            holders.push(entry);
+        } else {
+            waiting.push(entry);
+        }
+    }
+    let shared = holders
         .iter()
-        .any(|(_, _, e)| matches!(e.kind, EntryKind::Read | EntryKind::Write));
-    let kind = match (contenders.is_empty(), shared) {
+        .chain(&waiting)
+        .any(|e| matches!(e.kind, EntryKind::Read | EntryKind::Write));
+    let kind = match (holders.is_empty() && waiting.is_empty(), shared) {
         (true, _) => PathKind::Free,
         (false, true) => PathKind::Shared,
         (false, false) => PathKind::Exclusive,
     };
-    let (holders, waiting): (Vec<_>, Vec<_>) =
-        contenders.into_iter().partition(|(_, held, _)| *held);
     LockView {
         kind,
-        holders: holders.into_iter().map(|(_, _, e)| e).collect(),
-        waiting: waiting.into_iter().map(|(_, _, e)| e).collect(),
+        holders,
+        waiting,
     }
 }
 
