@@ -201,6 +201,9 @@ impl Node {
             ));
             jvm_args.push("-Dznode.container.maxPerMinute=10000".to_string());
         }
+        if let Some(bytes) = opts.jute_max_buffer {
+            jvm_args.push(format!("-Djute.maxbuffer={bytes}"));
+        }
         Node {
             name,
             main_class,
