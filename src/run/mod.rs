@@ -15,7 +15,7 @@ use crate::command::child::{self, Child};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
 use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
-use crate::lock::holder;
+use crate::lock::holder::OwnData;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
@@ -48,6 +48,9 @@ struct Plan<'a> {
     kind: LockKind,
     connect: ConnectOptions,
     wait: bool,
+    /// What our nodes say about us (holder.rs), and the data they are
+    /// created with.
+    own: OwnData,
     data: Vec<u8>,
     report: Report,
 }
@@ -56,9 +59,11 @@ impl<'a> Plan<'a> {
     fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
         let paths = args.lock_paths().map_err(Failure::usage)?;
+        let own = OwnData::new(&argv, args.label.as_deref());
         let plan = Plan {
             args,
-            data: holder::describe_self(&argv),
+            data: own.queued(),
+            own,
             argv,
             order: acquisition_order(&paths),
             paths,
@@ -112,19 +117,43 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
             return Err(err);
         }
     };
+    // One write per node, sent now that the command runs (never before: it
+    // would delay the start by a round trip) and answered while it runs. Its
+    // mtime dates the acquisition by the server's clock. The data watch the
+    // lease keeps on our node fires on it; the lease watches again.
+    let acquired = plan.own.acquired(child.pid());
+    let recorded: Vec<_> = held
+        .iter()
+        .map(|node| session.client().set_data(&node.path, &acquired, None))
+        .collect();
     let exit = {
         let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
         let reattach = lease::Reattach {
             hosts: plan.connect.hosts.connect_string().to_owned(),
             session: session.client().session().clone(),
         };
-        let lost = lease::lost(
+        let lease = lease::lost(
             session.client(),
             &nodes,
             watches,
             plan.policy(session.timeout()),
             &reattach,
         );
+        // The answers matter to no one (correctness never depends on node
+        // data); awaiting them only lets the library deliver them.
+        let lost = async {
+            tokio::pin!(lease);
+            let recording = async {
+                for write in recorded {
+                    let _ = write.await;
+                }
+            };
+            tokio::select! {
+                reason = &mut lease => return reason,
+                () = recording => {}
+            }
+            lease.await
+        };
         tokio::pin!(lost);
         let report = plan.report;
         let mut on_loss = |reason: &str| {
