@@ -214,3 +214,33 @@ impl Session {
         let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_refused_after_a_bounded_number_of_losses() {
+        let mut losses = Losses::default();
+        for _ in 1..LOSSES_BEFORE_REFUSED {
+            assert!(losses.lost().is_ok());
+        }
+        let err = losses.lost().unwrap_err();
+        assert!(!is_connection_loss(&err) && !is_session_lost(&err), "{err}");
+        assert!(err.to_string().contains("jute.maxbuffer"), "{err}");
+    }
+
+    #[test]
+    fn retrying_gives_up_on_endless_losses() {
+        let mut calls = 0;
+        let result: Result<(), zk::Error> = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(retrying(|| {
+                calls += 1;
+                async { Err(zk::Error::ConnectionLoss) }
+            }));
+        assert!(result.is_err());
+        assert_eq!(calls, LOSSES_BEFORE_REFUSED);
+    }
+}
