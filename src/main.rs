@@ -2,24 +2,32 @@
 
 // Layers, each importing only from the ones below it:
 //   cli                      the command-line model
-//   run                      one module per subcommand
+//   run, status, list,       one module per subcommand (present: how the
+//   break_lock, generate,    operator commands show a lock)
+//   present
 //   lock, command            the lock recipe; the command's process
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
+mod break_lock;
 mod cli;
 mod command;
 mod exit;
+mod generate;
+mod list;
 mod lock;
+mod present;
 mod report;
 mod run;
 mod session;
+mod status;
 mod values;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind as ClapErrorKind;
+use clap::{CommandFactory, Parser};
 
+use crate::cli::Command;
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
@@ -27,7 +35,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(err),
     };
-    match run::run(cli) {
+    let outcome = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Status(args) => status::status(args),
+        Command::List(args) => list::list(args),
+        Command::Break(args) => break_lock::break_lock(args),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man { subcommand } => generate::man(subcommand.as_deref()),
+    };
+    match outcome {
         Ok(exit) => exit.into(),
         Err(err) => {
             report::say(format_args!("{err:#}"));
@@ -63,7 +79,21 @@ fn one_line(rendered: &str) -> String {
     let words: Vec<&str> = text.split_whitespace().collect();
     // clap quotes the offending value as given, control characters included.
     format!(
-        "{}; see 'zklock run --help'",
-        lock::holder::escape_controls(&words.join(" "))
+        "{}; see '{}--help'",
+        lock::holder::escape_controls(&words.join(" ")),
+        subcommand_given()
     )
+}
+
+/// `zklock SUBCOMMAND ` as given on the command line, or `zklock `: where
+/// the help for a usage error is.
+fn subcommand_given() -> String {
+    let names: Vec<String> = cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    std::env::args()
+        .skip(1)
+        .find(|arg| names.contains(arg))
+        .map_or_else(|| "zklock ".to_owned(), |name| format!("zklock {name} "))
 }

@@ -75,6 +75,25 @@ impl FromStr for LockPath {
     }
 }
 
+/// Any valid absolute ZooKeeper path, the root included (where to look).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZnodePath(String);
+
+impl ZnodePath {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for ZnodePath {
+    type Err = String;
+
+    fn from_str(path: &str) -> Result<Self, Self::Err> {
+        validate_znode_path(path)?;
+        Ok(ZnodePath(path.to_owned()))
+    }
+}
+
 /// ZooKeeper's own path rules (PathUtils.validatePath), as a usage error
 /// instead of a server round trip.
 fn validate_znode_path(path: &str) -> Result<(), String> {

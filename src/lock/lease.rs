@@ -99,27 +99,32 @@ pub struct Reattach {
 
 /// Resolves when a lock held through one of `nodes` is lost; never resolves
 /// while all are held. Losing one means: the session expired, was closed or
-/// failed authentication; the node was deleted or belongs to someone else;
-/// or the connection stayed down past the lease deadline.
+/// failed authentication; the node was deleted or belongs to a session other
+/// than `owner`; or the connection stayed down past the lease deadline.
+///
+/// `owner` is our own session for the nodes we created; a nested run that
+/// re-enters an enclosing run's lock watches that run's nodes, owned by its
+/// session, through a session of its own.
 pub async fn lost(
     client: &zk::Client,
     nodes: &[String],
     watches: Vec<Option<NodeWatch>>,
     policy: LeasePolicy,
     reattach: &Reattach,
+    owner: i64,
 ) -> LossReason {
     let mut states = client.state_watcher();
     let mut deadline = None;
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
-    let mut node_check = Box::pin(any_node_lost(client, nodes, watches));
+    let mut node_check = Box::pin(any_node_lost(client, nodes, watches, owner));
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
     loop {
         if deadline.is_some() && probing.is_none() && Instant::now() >= next_probe {
-            probing = Some(Box::pin(probe(reattach, nodes, policy)));
+            probing = Some(Box::pin(probe(reattach, nodes, policy, owner)));
         }
         tokio::select! {
             reason = &mut node_check => return reason,
@@ -128,7 +133,7 @@ pub async fn lost(
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new()));
+                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new(), owner));
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -168,7 +173,7 @@ enum Probe {
 }
 
 /// While the client is disconnected, attaches our session from a second,
-/// short-lived connection and checks our nodes.
+/// short-lived connection and checks that our nodes are still `owner`'s.
 ///
 /// The client library backs off exponentially between reconnect attempts
 /// (0.1 s, 0.2 s, ... 3.2 s, 6.4 s), so after an outage of a few seconds it
@@ -177,7 +182,7 @@ enum Probe {
 /// that moment and restarts its timeout on the server, so the deadline moves
 /// on; the library's own client reattaches the same session later. The probe
 /// is detached: dropping it must not close the session.
-async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Probe {
+async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner: i64) -> Probe {
     let connecting = zk::Client::connector()
         .with_session(reattach.session.clone())
         .with_session_timeout(policy.session_timeout)
@@ -195,9 +200,7 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Pr
     let mut replied = Instant::now();
     for node in nodes {
         match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
-            Ok(Ok((_, stat))) if stat.ephemeral_owner == reattach.session.id().0 => {
-                replied = Instant::now()
-            }
+            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => replied = Instant::now(),
             Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
             Ok(Err(zk::Error::NoNode)) => return Probe::Lost(format!("{node} was deleted")),
             Ok(Err(_)) | Err(_) => return Probe::Unreachable,
@@ -212,12 +215,13 @@ async fn any_node_lost(
     client: &zk::Client,
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
+    owner: i64,
 ) -> LossReason {
     watches.resize_with(nodes.len(), || None);
     let mut checks: Vec<_> = nodes
         .iter()
         .zip(watches)
-        .map(|(node, watch)| Box::pin(node_lost(client, node, watch)))
+        .map(|(node, watch)| Box::pin(node_lost(client, node, watch, owner)))
         .collect();
     std::future::poll_fn(|cx| {
         checks
@@ -232,14 +236,19 @@ async fn any_node_lost(
 }
 
 /// Watches our node with a data watch (starting with `watch` if given):
-/// resolves when it is deleted or is found owned by another session.
-async fn node_lost(client: &zk::Client, node: &str, mut watch: Option<NodeWatch>) -> LossReason {
+/// resolves when it is deleted or is found owned by a session other than `owner`.
+async fn node_lost(
+    client: &zk::Client,
+    node: &str,
+    mut watch: Option<NodeWatch>,
+    owner: i64,
+) -> LossReason {
     loop {
         let event = match watch.take() {
             Some(watch) => watch.await,
             None => match retrying(|| client.get_and_watch_data(node)).await {
                 Ok((_, stat, watcher)) => {
-                    if stat.ephemeral_owner != client.session_id().0 {
+                    if stat.ephemeral_owner != owner {
                         return format!("{node} now belongs to another session");
                     }
                     watcher.changed().await

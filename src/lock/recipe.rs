@@ -70,7 +70,7 @@ pub fn parse_contender(name: &str) -> Option<Contender<'_>> {
 
 /// ZooKeeper appends `%010d` of a signed 32-bit counter, which wraps to
 /// negative numbers after 2^31 creates under one parent.
-fn parse_sequence(suffix: &str) -> Option<i32> {
+pub fn parse_sequence(suffix: &str) -> Option<i32> {
     let seq: i32 = suffix.parse().ok()?;
     (format!("{seq:010}") == suffix).then_some(seq)
 }

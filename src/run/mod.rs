@@ -1,6 +1,8 @@
 //! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
+mod ancestor;
+mod reentry;
 mod wait_report;
 
 use std::ffi::OsString;
@@ -10,7 +12,7 @@ use anyhow::{Context, Result};
 use tokio::time::Instant;
 
 use self::wait_report::WaitReport;
-use crate::cli::{Cli, Command, RunArgs};
+use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
@@ -21,13 +23,7 @@ use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
 use crate::session::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
 
-pub fn run(cli: Cli) -> Result<Exit> {
-    match cli.command {
-        Command::Run(args) => run_locked(args),
-    }
-}
-
-fn run_locked(args: RunArgs) -> Result<Exit> {
+pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -96,6 +92,9 @@ impl<'a> Plan<'a> {
 async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
+    if let Some(exit) = reentry::reenter(&plan, &mut signals).await? {
+        return Ok(exit);
+    }
     let started = Instant::now();
     let (session, held, watches) = match take_locks(&plan, &mut signals).await? {
         Taken::Held(session, held, watches) => (session, held, watches),
@@ -110,73 +109,110 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id());
-    let child = match Child::spawn(&plan.argv, &env) {
-        Ok(child) => child,
+    let lock = HeldLock {
+        nodes: held.iter().map(|node| node.path.clone()).collect(),
+        watches,
+        owner: session.id(),
+        ours: true,
+    };
+    match run_command(&plan, &mut signals, &session, lock, &env).await {
+        Ok(exit) => {
+            session.close(&[]).await;
+            plan.report
+                .info(format_args!("released {}", plan.order.join(" ")));
+            Ok(exit)
+        }
         Err(err) => {
             session.close(&acquire::paths(&held)).await;
-            return Err(err);
+            Err(err)
         }
+    }
+}
+
+/// The lock the command runs under, as the lease watches it.
+struct HeldLock {
+    nodes: Vec<String>,
+    /// The watches set on `nodes` while waiting, by position.
+    watches: Vec<Option<NodeWatch>>,
+    /// The session that owns `nodes`.
+    owner: i64,
+    /// Whether `nodes` are ours to delete once the command is done (not
+    /// when a nested run re-entered an enclosing run's lock).
+    ours: bool,
+}
+
+/// Spawns the command and supervises it while `lock` holds; then deletes
+/// the lock's nodes if they are ours. On an error before the command ran,
+/// nothing is deleted: the caller cleans up.
+async fn run_command(
+    plan: &Plan<'_>,
+    signals: &mut Signals,
+    session: &Session,
+    lock: HeldLock,
+    env: &[(&'static str, String)],
+) -> Result<Exit> {
+    let child = Child::spawn(&plan.argv, env)?;
+    let reattach = lease::Reattach {
+        hosts: plan.connect.hosts.connect_string().to_owned(),
+        session: session.client().session().clone(),
     };
     // One write per node, sent now that the command runs (never before: it
     // would delay the start by a round trip) and answered while it runs. Its
     // mtime dates the acquisition by the server's clock. The data watch the
-    // lease keeps on our node fires on it; the lease watches again.
+    // lease keeps on our node fires on it; the lease watches again. A nested
+    // run leaves the enclosing run's nodes as they are.
     let acquired = plan.own.acquired(child.pid());
-    let recorded: Vec<_> = held
-        .iter()
-        .map(|node| session.client().set_data(&node.path, &acquired, None))
-        .collect();
-    let exit = {
-        let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
-        let reattach = lease::Reattach {
-            hosts: plan.connect.hosts.connect_string().to_owned(),
-            session: session.client().session().clone(),
-        };
-        let lease = lease::lost(
-            session.client(),
-            &nodes,
-            watches,
-            plan.policy(session.timeout()),
-            &reattach,
-        );
-        // The answers matter to no one (correctness never depends on node
-        // data); awaiting them only lets the library deliver them.
-        let lost = async {
-            tokio::pin!(lease);
-            let recording = async {
-                for write in recorded {
-                    let _ = write.await;
-                }
-            };
-            tokio::select! {
-                reason = &mut lease => return reason,
-                () = recording => {}
-            }
-            lease.await
-        };
-        tokio::pin!(lost);
-        let report = plan.report;
-        let mut on_loss = |reason: &str| {
-            report.error(format_args!("lock lost: {reason}; terminating the command"))
-        };
-        let exit = child::supervise(
-            child,
-            &mut signals,
-            lost.as_mut(),
-            args.kill_after.0,
-            &mut on_loss,
-        )
-        .await;
-        // Delete while the lease still watches our nodes: the deletion fires
-        // and so consumes that watch. Dropping the lease first would make the
-        // library send a RemoveWatches request, which the server must serve
-        // before the delete that the next waiter is waiting for.
-        session.delete(&acquire::paths(&held)).await;
-        exit
+    let recorded: Vec<_> = match lock.ours {
+        true => lock
+            .nodes
+            .iter()
+            .map(|node| session.client().set_data(node, &acquired, None))
+            .collect(),
+        false => Vec::new(),
     };
-    session.close(&[]).await;
-    plan.report
-        .info(format_args!("released {}", plan.order.join(" ")));
+    let lease = lease::lost(
+        session.client(),
+        &lock.nodes,
+        lock.watches,
+        plan.policy(session.timeout()),
+        &reattach,
+        lock.owner,
+    );
+    // The answers matter to no one (correctness never depends on node
+    // data); awaiting them only lets the library deliver them.
+    let lost = async {
+        tokio::pin!(lease);
+        let recording = async {
+            for write in recorded {
+                let _ = write.await;
+            }
+        };
+        tokio::select! {
+            reason = &mut lease => return reason,
+            () = recording => {}
+        }
+        lease.await
+    };
+    tokio::pin!(lost);
+    let report = plan.report;
+    let mut on_loss =
+        |reason: &str| report.error(format_args!("lock lost: {reason}; terminating the command"));
+    let exit = child::supervise(
+        child,
+        signals,
+        lost.as_mut(),
+        plan.args.kill_after.0,
+        &mut on_loss,
+    )
+    .await;
+    // Delete while the lease still watches our nodes: the deletion fires
+    // and so consumes that watch. Dropping the lease first would make the
+    // library send a RemoveWatches request, which the server must serve
+    // before the delete that the next waiter is waiting for.
+    if lock.ours {
+        let nodes: Vec<&str> = lock.nodes.iter().map(String::as_str).collect();
+        session.delete(&nodes).await;
+    }
     Ok(exit)
 }
 
@@ -198,22 +234,10 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
         .filter(|_| plan.wait)
         .map(|limit| Instant::now() + limit);
     loop {
-        let session = tokio::select! {
-            session = Session::connect(&plan.connect) => session?,
-            signal = abort_signal(signals) => return Ok(Taken::Ended(Exit::Signal(signal))),
+        let session = match connect(plan, signals).await? {
+            Ok(session) => session,
+            Err(exit) => return Ok(Taken::Ended(exit)),
         };
-        report.info(format_args!(
-            "connected to {} (session {:#x}, timeout {})",
-            plan.connect.hosts.connect_string(),
-            session.id(),
-            humantime::format_duration(session.timeout())
-        ));
-        if let Err(why) = plan.policy(session.timeout()).check() {
-            session.close(&[]).await;
-            return Err(Failure::usage(format!(
-                "the ensemble granted a shorter session: {why}"
-            )));
-        }
         let mut owned = Vec::new();
         let mut watches = Vec::new();
         let mut observer = WaitReport::new(report);
@@ -266,6 +290,28 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
         }
     }
+}
+
+/// Connects, and checks the lease rule against the granted session timeout;
+/// `Err(exit)` when a signal ended zklock meanwhile.
+async fn connect(plan: &Plan<'_>, signals: &mut Signals) -> Result<Result<Session, Exit>> {
+    let session = tokio::select! {
+        session = Session::connect(&plan.connect) => session?,
+        signal = abort_signal(signals) => return Ok(Err(Exit::Signal(signal))),
+    };
+    plan.report.info(format_args!(
+        "connected to {} (session {:#x}, timeout {})",
+        plan.connect.hosts.connect_string(),
+        session.id(),
+        humantime::format_duration(session.timeout())
+    ));
+    if let Err(why) = plan.policy(session.timeout()).check() {
+        session.close(&[]).await;
+        return Err(Failure::usage(format!(
+            "the ensemble granted a shorter session: {why}"
+        )));
+    }
+    Ok(Ok(session))
 }
 
 /// Takes the locks one by one in acquisition order. On success `owned`

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -102,6 +102,16 @@ where
             result => return result,
         }
     }
+}
+
+/// Runs `future` to completion on a current-thread runtime, as every
+/// subcommand does: zklock needs no more than one thread of its own.
+pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(future)
 }
 
 #[derive(Debug, Clone)]

@@ -7,6 +7,7 @@
 mod closed_stderr;
 mod conflict;
 mod connect;
+mod demo;
 mod exclusion;
 mod faults_ensemble;
 mod faults_proxy;
@@ -19,7 +20,10 @@ mod holder_message;
 mod interop;
 mod kind_faults;
 mod multi_path;
+mod operator;
+mod reentrant;
 mod run_basics;
+mod secure_harness_selftest;
 mod semaphore;
 mod shared;
 mod signals;
