@@ -283,7 +283,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__run)
-            opts="-c -z -x -s -w -n -E -v -q -h -V --command --zookeeper --session-timeout --connect-timeout --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --verbose --quiet --help --version"
+            opts="-c -z -x -s -w -n -E -v -q -h -V --command --label --zookeeper --session-timeout --connect-timeout --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -294,6 +294,10 @@ _zklock() {
                     return 0
                     ;;
                 -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

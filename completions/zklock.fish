@@ -34,6 +34,7 @@ complete -c zklock -n "__fish_zklock_needs_command" -f -a "completions" -d 'Prin
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "man" -d 'Print the man page of zklock, or of one subcommand, as roff.'
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s c -l command -d 'Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l label -d 'Store TEXT (a CI job URL, "nightly backup") in the lock node instead of the command line. Node data is readable by every client that can read PATH and shown by every run that finds the lock held: use this when the command line carries secrets' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r

@@ -212,6 +212,13 @@ pub struct RunArgs {
     )]
     pub shell: Option<OsString>,
 
+    /// Store TEXT (a CI job URL, "nightly backup") in the lock node instead
+    /// of the command line. Node data is readable by every client that can
+    /// read PATH and shown by every run that finds the lock held: use this
+    /// when the command line carries secrets.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Option<String>,
+
     #[command(flatten)]
     pub connection: ConnectionArgs,
 

@@ -71,6 +71,11 @@ impl Child {
         })
     }
 
+    /// The command's process id (also its process group's).
+    pub fn pid(&self) -> u32 {
+        self.pgid as u32
+    }
+
     /// Sends `signal` to the whole group; no-op once the group is gone (a
     /// process group id cannot be reused while any member is alive).
     fn signal_group(&self, signal: i32) {

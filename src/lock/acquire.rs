@@ -9,9 +9,10 @@ use std::task::{Context as TaskContext, Waker};
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
+use crate::lock::holder::Seen;
 use crate::lock::recipe::{self, LOCK, LockKind, READ, Standing, WRITE};
 use crate::lock::semaphore;
-use crate::session::{is_connection_loss, retrying};
+use crate::session::{Losses, is_connection_loss, retrying};
 
 /// A node of ours, once the server has it.
 #[derive(Debug, Clone)]
@@ -39,8 +40,8 @@ impl Node {
 pub trait Observer {
     fn queued(&mut self, node: &Node);
     /// `ahead` contenders precede us; `first` (a full path) holds the lock or
-    /// is next. `first_data` is its node data when [`Observer::wants_data`].
-    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&[u8]>);
+    /// is next. `first_data` is its node as read when [`Observer::wants_data`].
+    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>);
     /// Whether reading the first node's data (one more round trip, each time
     /// it changes) is worth it.
     fn wants_data(&self) -> bool;
@@ -108,7 +109,7 @@ pub async fn take_turn(
     owned.push(node.clone());
     let mut reported_first = String::new();
     let mut own_watch = None;
-    loop {
+    'queue: loop {
         let children = retrying(|| client.list_children(dir))
             .await
             .context("listing the lock's queue")?;
@@ -125,45 +126,53 @@ pub async fn take_turn(
             } => (predecessor, ahead, format!("{dir}/{first}")),
         };
         let first_data = match observer.wants_data() && first != reported_first {
-            true => client.get_data(&first).await.ok().map(|(data, _)| data),
+            true => client.get_data(&first).await.ok().map(Seen::from),
             false => None,
         };
-        observer.waiting(ahead, &first, first_data.as_deref());
+        observer.waiting(ahead, &first, first_data.as_ref());
         reported_first = first;
         if !request.wait {
             return Ok(Acquired::Busy);
         }
         let predecessor = format!("{dir}/{predecessor}");
-        // A data watch, not an exists watch: on a node that is already gone,
-        // an exists watch would stay behind on the server as a creation watch.
-        let (ahead_watch, own_watch_now) = tokio::join!(
-            retrying(|| client.get_and_watch_data(&predecessor)),
-            watch_own(client, &node.path, own_watch.take()),
-        );
-        let Some(mut own_watch_now) = own_watch_now? else {
-            return Ok(Acquired::Lost);
+        let gone = loop {
+            // A data watch, not an exists watch: on a node that is already
+            // gone, an exists watch would stay behind on the server as a
+            // creation watch.
+            let (ahead_watch, own_watch_now) = tokio::join!(
+                retrying(|| client.get_and_watch_data(&predecessor)),
+                watch_own(client, &node.path, own_watch.take()),
+            );
+            let Some(mut own_watch_now) = own_watch_now? else {
+                return Ok(Acquired::Lost);
+            };
+            let event = match ahead_watch {
+                Err(zk::Error::NoNode) => None,
+                Err(err) => return Err(err).context("watching the node ahead of us"),
+                Ok((_data, _stat, watcher)) => tokio::select! {
+                    biased;
+                    _ = &mut own_watch_now => continue 'queue,
+                    event = watcher.changed() => Some(event.event_type),
+                },
+            };
+            // Events come in the order of the changes they report: with none
+            // for our node, it was still there when the node ahead went.
+            if fired(&mut own_watch_now) {
+                continue 'queue;
+            }
+            own_watch = Some(own_watch_now);
+            // A holder writes its node once its command runs (holder.rs):
+            // the node is still there, so watch it again without listing.
+            if event != Some(zk::EventType::NodeDataChanged) {
+                break matches!(event, None | Some(zk::EventType::NodeDeleted));
+            }
         };
-        let gone = match ahead_watch {
-            Err(zk::Error::NoNode) => true,
-            Err(err) => return Err(err).context("watching the node ahead of us"),
-            Ok((_data, _stat, watcher)) => tokio::select! {
-                biased;
-                _ = &mut own_watch_now => continue,
-                event = watcher.changed() => event.event_type == zk::EventType::NodeDeleted,
-            },
-        };
-        // Events come in the order of the changes they report: with none
-        // for our node, it was still there when the node ahead went.
-        if fired(&mut own_watch_now) {
-            continue;
-        }
-        own_watch = Some(own_watch_now);
         // New nodes only queue behind existing ones (sequence numbers grow),
         // so what precedes ours can only shrink: when the one node ahead at
         // the last listing is gone, nothing is ahead and the lock is ours,
         // one round trip sooner than listing again. With more ahead, the one
-        // we watched may have given up; on a data change or a session event
-        // we know nothing new: list again.
+        // we watched may have given up; on a session event we know nothing
+        // new: list again.
         if gone && ahead == 1 {
             break;
         }
@@ -209,6 +218,7 @@ pub async fn create_node(
     let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let requested = format!("{dir}/{prefix}");
+    let mut losses = Losses::default();
     loop {
         match client.create(&requested, data, &options).await {
             Ok((stat, seq)) => {
@@ -220,6 +230,9 @@ pub async fn create_node(
             // The directory is missing, or a container was reaped under us.
             Err(zk::Error::NoNode) => create_ancestors(client, dir).await?,
             Err(err) if is_connection_loss(&err) => {
+                losses
+                    .lost()
+                    .with_context(|| format!("creating a lock node under {dir}"))?;
                 if let Some(node) = find_own_node(client, dir, &prefix).await? {
                     return Ok(node);
                 }

@@ -27,7 +27,7 @@ use crate::lock::acquire::NodeWatch;
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
-use crate::session::{is_connection_loss, is_session_lost};
+use crate::session::{is_session_lost, retrying};
 
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -284,7 +284,7 @@ async fn node_lost(
     loop {
         let event = match watch.take() {
             Some(watch) => watch.await,
-            None => match client.get_and_watch_data(node).await {
+            None => match retrying(|| client.get_and_watch_data(node)).await {
                 Ok((_, stat, watcher)) => {
                     if stat.ephemeral_owner != owner {
                         return format!("{node} now belongs to another session");
@@ -292,7 +292,6 @@ async fn node_lost(
                     watcher.changed().await
                 }
                 Err(zk::Error::NoNode) => return format!("{node} was deleted"),
-                Err(err) if is_connection_loss(&err) => continue,
                 Err(err) if is_session_lost(&err) => {
                     return "the ZooKeeper session expired".into();
                 }

@@ -20,7 +20,7 @@ use crate::command::child::{self, Child};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
 use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
-use crate::lock::holder;
+use crate::lock::holder::OwnData;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
@@ -51,6 +51,9 @@ struct Plan<'a> {
     kind: LockKind,
     connect: ConnectOptions,
     wait: bool,
+    /// What our nodes say about us (holder.rs), and the data they are
+    /// created with.
+    own: OwnData,
     data: Vec<u8>,
     report: Report,
 }
@@ -61,9 +64,11 @@ impl<'a> Plan<'a> {
         let paths = args.lock_paths().map_err(Failure::usage)?;
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
+        let own = OwnData::new(&argv, args.label.as_deref());
         let plan = Plan {
             args,
-            data: holder::describe_self(&argv),
+            data: own.queued(),
+            own,
             argv,
             order: acquisition_order(&paths),
             paths,
@@ -181,7 +186,21 @@ async fn run_command(
         hosts: plan.connect.hosts.connect_string().to_owned(),
         session: session.client().session().clone(),
     };
-    let lost = lease::lost(
+    // One write per node, sent now that the command runs (never before: it
+    // would delay the start by a round trip) and answered while it runs. Its
+    // mtime dates the acquisition by the server's clock. The data watch the
+    // lease keeps on our node fires on it; the lease watches again. A nested
+    // run leaves the enclosing run's nodes as they are.
+    let acquired = plan.own.acquired(child.pid());
+    let recorded: Vec<_> = match lock.ours {
+        true => lock
+            .nodes
+            .iter()
+            .map(|node| session.client().set_data(node, &acquired, None))
+            .collect(),
+        false => Vec::new(),
+    };
+    let lease = lease::lost(
         session.client(),
         &lock.nodes,
         lock.watches,
@@ -189,6 +208,21 @@ async fn run_command(
         &reattach,
         lock.owner,
     );
+    // The answers matter to no one (correctness never depends on node
+    // data); awaiting them only lets the library deliver them.
+    let lost = async {
+        tokio::pin!(lease);
+        let recording = async {
+            for write in recorded {
+                let _ = write.await;
+            }
+        };
+        tokio::select! {
+            reason = &mut lease => return reason,
+            () = recording => {}
+        }
+        lease.await
+    };
     tokio::pin!(lost);
     let report = plan.report;
     let mut on_loss =

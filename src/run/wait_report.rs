@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::lock::acquire::{Node, Observer};
-use crate::lock::holder;
+use crate::lock::holder::{self, Seen};
 use crate::report::Report;
 use crate::report::Verbosity;
 use crate::session::Session;
@@ -15,7 +15,7 @@ use crate::session::Session;
 pub struct WaitReport {
     report: Report,
     first: Option<String>,
-    first_data: Option<Vec<u8>>,
+    first_data: Option<Seen>,
     /// The lock path being taken now (of several, the one that is held).
     pub current: Option<String>,
     /// Set once the queue was looked at (our node created and the queue
@@ -28,10 +28,10 @@ impl Observer for WaitReport {
         self.report.info(format_args!("queued as {}", node.path));
     }
 
-    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&[u8]>) {
+    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
         self.looked.set(true);
-        if let Some(data) = first_data {
-            self.first_data = Some(data.to_vec());
+        if let Some(seen) = first_data {
+            self.first_data = Some(seen.clone());
         }
         if self.first.as_deref() != Some(first) {
             let holder = first_data
@@ -70,23 +70,18 @@ impl WaitReport {
         }
     }
 
-    /// `: held by pid ... on ...`, read now if not read while waiting.
+    /// `: held by pid ... on ...`. Read again now: what was read while
+    /// waiting may predate the holder's write of its command's pid and start.
     pub async fn holder_description(&self, session: &Session) -> String {
         let Some(first) = &self.first else {
             return String::new();
         };
-        let data = match &self.first_data {
-            Some(data) => Some(data.clone()),
-            None => {
-                let read = session.client().get_data(first);
-                tokio::time::timeout(Duration::from_secs(1), read)
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|(d, _)| d)
-            }
+        let read = session.client().get_data(first);
+        let seen = match tokio::time::timeout(Duration::from_secs(1), read).await {
+            Ok(Ok(found)) => Some(Seen::from(found)),
+            _ => self.first_data.clone(),
         };
-        data.as_deref()
+        seen.as_ref()
             .and_then(holder::describe)
             .map(|h| format!(": held by {h}"))
             .unwrap_or_default()

@@ -49,18 +49,56 @@ pub fn is_session_lost(err: &zk::Error) -> bool {
     )
 }
 
+/// How many times in a row one request may lose its connection before we
+/// conclude that the server refuses it.
+///
+/// The library holds calls made while disconnected until the same session is
+/// back, so each loss means that a connection broke while carrying this very
+/// request. A failover breaks the connection under a given request once,
+/// rarely twice (the failing server, perhaps the next one), and a lost
+/// session ends the retries with SessionExpired. A request the server refuses
+/// outright (larger than its `jute.maxbuffer`: it drops the connection
+/// without an answer, the session stays alive) breaks every connection it is
+/// sent on, within milliseconds, forever. A time bound would let that spin
+/// for seconds at hundreds of reconnects a second and could not tell it
+/// from a slow failover; a count can.
+pub const LOSSES_BEFORE_REFUSED: u32 = 5;
+
+/// Counts consecutive connection losses of one request.
+#[derive(Debug, Default)]
+pub struct Losses(u32);
+
+impl Losses {
+    /// Records a loss; an error once the request has to be taken as refused.
+    pub fn lost(&mut self) -> Result<(), zk::Error> {
+        self.0 += 1;
+        if self.0 < LOSSES_BEFORE_REFUSED {
+            return Ok(());
+        }
+        Err(zk::Error::UnexpectedError(format!(
+            "the server dropped the connection each of the {} times this request \
+             was sent, with the session alive: it refuses the request, most likely \
+             because it exceeds the server's size limit (jute.maxbuffer, 1 MiB by \
+             default)",
+            self.0
+        )))
+    }
+}
+
 /// Runs a ZooKeeper call until it completes with something other than a
 /// connection loss. The library queues calls made while disconnected and
 /// sends them after the same session reconnects, so the loop does not spin;
-/// it ends with an error once the session expires.
+/// it ends with an error once the session expires, or once the call lost its
+/// connection [`LOSSES_BEFORE_REFUSED`] times in a row.
 pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, zk::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, zk::Error>>,
 {
+    let mut losses = Losses::default();
     loop {
         match call().await {
-            Err(err) if is_connection_loss(&err) => continue,
+            Err(err) if is_connection_loss(&err) => losses.lost()?,
             result => return result,
         }
     }
@@ -260,4 +298,34 @@ async fn diagnose(connect_string: &str) -> Option<String> {
     };
     let _ = tokio::time::timeout(BOUND, probing).await;
     (!causes.is_empty()).then(|| causes.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_refused_after_a_bounded_number_of_losses() {
+        let mut losses = Losses::default();
+        for _ in 1..LOSSES_BEFORE_REFUSED {
+            assert!(losses.lost().is_ok());
+        }
+        let err = losses.lost().unwrap_err();
+        assert!(!is_connection_loss(&err) && !is_session_lost(&err), "{err}");
+        assert!(err.to_string().contains("jute.maxbuffer"), "{err}");
+    }
+
+    #[test]
+    fn retrying_gives_up_on_endless_losses() {
+        let mut calls = 0;
+        let result: Result<(), zk::Error> = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(retrying(|| {
+                calls += 1;
+                async { Err(zk::Error::ConnectionLoss) }
+            }));
+        assert!(result.is_err());
+        assert_eq!(calls, LOSSES_BEFORE_REFUSED);
+    }
 }

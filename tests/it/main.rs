@@ -16,6 +16,7 @@ mod faults_server;
 mod faults_util;
 mod harness;
 mod harness_selftest;
+mod holder_data;
 mod holder_message;
 mod interop;
 mod kind_faults;

@@ -268,6 +268,9 @@ impl Node {
             ));
             jvm_args.push("-Dznode.container.maxPerMinute=10000".to_string());
         }
+        if let Some(bytes) = opts.jute_max_buffer {
+            jvm_args.push(format!("-Djute.maxbuffer={bytes}"));
+        }
         jvm_args.extend(security_jvm_args);
         Node {
             name,

@@ -24,6 +24,9 @@ pub struct ServerOptions {
     pub sync_limit: u32,
     /// How long to wait for a (re)started server to serve.
     pub start_timeout: Duration,
+    /// The server's `jute.maxbuffer` in bytes: it drops the connection of a client
+    /// whose request is larger (ZooKeeper's default is 1 MiB - 1).
+    pub jute_max_buffer: Option<usize>,
     /// TLS, SASL and auth enforcement; the default is a plain server.
     pub security: Security,
 }
@@ -40,6 +43,7 @@ impl Default for ServerOptions {
             init_limit: 50,
             sync_limit: 20,
             start_timeout: Duration::from_secs(60),
+            jute_max_buffer: None,
             security: Security::default(),
         }
     }
