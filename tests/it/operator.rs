@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::harness::{
     Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, Pty, shared_server, unique_path,
-    wait_for_contenders, wait_for_exit, zklock, zklock_run,
+    wait_for_contenders, wait_for_exit, wait_until, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
