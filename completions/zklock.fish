@@ -29,15 +29,26 @@ complete -c zklock -n "__fish_zklock_needs_command" -s V -l version -d 'Print ve
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "run" -d 'Take the lock at PATH, run the command, release the lock.'
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s c -l command -d 'Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD' -r
-complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
-complete -c zklock -n "__fish_zklock_using_subcommand run" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
-complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off. [default: 10s]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION. [default: 10s]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l config -d 'The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]' -r -F
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l tls-ca -d 'Connect over TLS, verifying the servers (and their host names) against the CA certificates in FILE (PEM)' -r -F
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l tls-cert -d 'Present this client certificate (PEM) for mutual TLS; the server knows us as `x509:<subject DN>`. Needs --tls-key' -r -F
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l tls-key -d 'The private key (PEM) of --tls-cert' -r -F
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l sasl-user -d 'Authenticate with SASL DIGEST-MD5 as USER (the server knows us as `sasl:USER`); the password comes from --password-file or ZKLOCK_PASSWORD' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l digest-user -d 'Authenticate with the `digest` scheme as USER (zkCli\'s `addauth digest USER:PASSWORD`); the password comes from --password-file or ZKLOCK_PASSWORD' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l password-file -d 'Read the password of --sasl-user or --digest-user from FILE (its first line). Without it: the ZKLOCK_PASSWORD environment variable. Passwords are never taken from the command line' -r -F
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l kerberos-service -d 'The service part of the servers\' Kerberos principal (SERVICE/host@REALM). [default: zookeeper]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l kerberos-host -d 'The host part of the servers\' Kerberos principal. [default: the host zklock connects to]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l acl -d 'The ACL of every node zklock creates, in zkCli\'s syntax SCHEME:ID:PERMS (e.g. `sasl:backup:cdrwa`, `world:anyone:r`); repeat it for several entries (ZKLOCK_ACL separates them with `;`). `creator` = all permissions for the identities we authenticate as, `open` = all permissions for everyone. Our own identity needs READ, CREATE and DELETE. [default: `creator` plus `world:anyone:r` with credentials, else `open`]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l limit -d 'Let up to N commands hold PATH at once (a semaphore). N is recorded in PATH; every user of the path must ask for the same N' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s w -l timeout -d 'Give up if the lock is not acquired within DURATION (`30s`, `2m`, or a number of seconds such as `0.5`). Default: wait forever' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired (0-255)' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l on-disconnect -d 'What a lost connection means while the command runs: `lease` keeps it running while the session can still come back (until the lease deadline); `kill` treats any disconnection as losing the lock' -r -f -a "lease\t'Keep running until the lease deadline while the session reconnects'
 kill\t'Any disconnection loses the lock'"
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l kerberos -d 'Authenticate with Kerberos (SASL GSSAPI) from the ticket cache (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s x -l exclusive -d 'Take an exclusive lock (the default): no other holder of any kind'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s s -l shared -d 'Take a shared (read) lock: other readers may hold it at the same time, exclusive and write holders may not'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l write -d 'Take a write lock (Curator\'s `__WRIT__` node), for sharing a path with users of Curator\'s read/write lock; otherwise the same as --exclusive'

@@ -9,6 +9,7 @@ use std::task::{Context as TaskContext, Waker};
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
+use crate::exit::{ErrorKind, Failure};
 use crate::lock::recipe::{self, LOCK, LockKind, READ, Standing, WRITE};
 use crate::lock::semaphore;
 use crate::session::{is_connection_loss, retrying};
@@ -71,6 +72,8 @@ pub struct Request<'a> {
     pub kind: LockKind,
     pub data: &'a [u8],
     pub wait: bool,
+    /// The ACL of every node created, containers included.
+    pub acls: &'a [zk::Acl],
 }
 
 /// Takes the lock at `request.dir`. Every node created is pushed to `owned`
@@ -102,7 +105,7 @@ pub async fn take_turn(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let node = create_node(client, dir, marker, request.data).await?;
+    let node = create_node(client, dir, marker, request.data, request.acls).await?;
     observer.queued(&node);
     let me = node.name().to_owned();
     owned.push(node.clone());
@@ -111,6 +114,7 @@ pub async fn take_turn(
     loop {
         let children = retrying(|| client.list_children(dir))
             .await
+            .map_err(|err| denied(err, dir, "READ"))
             .context("listing the lock's queue")?;
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             semaphore::refuse_as_lock(client, dir).await?;
@@ -205,9 +209,10 @@ pub async fn create_node(
     dir: &str,
     marker: &str,
     data: &[u8],
+    acls: &[zk::Acl],
 ) -> Result<Node> {
     let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
-    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
     let requested = format!("{dir}/{prefix}");
     loop {
         match client.create(&requested, data, &options).await {
@@ -218,13 +223,16 @@ pub async fn create_node(
                 });
             }
             // The directory is missing, or a container was reaped under us.
-            Err(zk::Error::NoNode) => create_ancestors(client, dir).await?,
+            Err(zk::Error::NoNode) => create_ancestors(client, dir, acls).await?,
             Err(err) if is_connection_loss(&err) => {
                 if let Some(node) = find_own_node(client, dir, &prefix).await? {
                     return Ok(node);
                 }
             }
-            Err(err) => return Err(err).context(format!("creating a lock node under {dir}")),
+            Err(err) => {
+                return Err(denied(err, dir, "CREATE"))
+                    .context(format!("creating a lock node under {dir}"));
+            }
         }
     }
 }
@@ -258,11 +266,16 @@ async fn find_own_node(client: &zk::Client, dir: &str, prefix: &str) -> Result<O
 
 /// Creates a directory node as a container (the server deletes it once it
 /// is empty again), or as a persistent node on servers without containers.
-pub async fn create_dir(client: &zk::Client, path: &str, data: &[u8]) -> Result<(), zk::Error> {
-    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+pub async fn create_dir(
+    client: &zk::Client,
+    path: &str,
+    data: &[u8],
+    acls: &[zk::Acl],
+) -> Result<(), zk::Error> {
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::new(acls));
     match retrying(|| client.create(path, data, &container)).await {
         Err(zk::Error::Unimplemented) => {
-            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
             retrying(|| client.create(path, data, &persistent))
                 .await
                 .map(drop)
@@ -272,7 +285,7 @@ pub async fn create_dir(client: &zk::Client, path: &str, data: &[u8]) -> Result<
 }
 
 /// Creates `dir` and its missing ancestors, top down.
-pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
+pub async fn create_ancestors(client: &zk::Client, dir: &str, acls: &[zk::Acl]) -> Result<()> {
     let ancestors: Vec<&str> = dir
         .match_indices('/')
         .skip(1)
@@ -284,13 +297,16 @@ pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
     for _attempt in 0..10 {
         let mut created = 0;
         for &ancestor in &ancestors {
-            match create_dir(client, ancestor, &[]).await {
+            match create_dir(client, ancestor, &[], acls).await {
                 Ok(()) | Err(zk::Error::NodeExists) => created += 1,
                 Err(zk::Error::NoNode) if created == 0 => {
                     bail!("cannot create {ancestor}: the chroot given with -z does not exist");
                 }
                 Err(zk::Error::NoNode) => break,
-                Err(err) => return Err(err).context(format!("creating {ancestor}")),
+                Err(err) => {
+                    return Err(denied(err, parent(ancestor), "CREATE"))
+                        .context(format!("creating {ancestor}"));
+                }
             }
         }
         if created == ancestors.len() {
@@ -298,6 +314,19 @@ pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
         }
     }
     bail!("cannot create {dir}: its parents keep disappearing")
+}
+
+/// NoAuth as the failure it is for the user: the ACL of `path` denies
+/// `permission` to this session's identity (exit 77); other errors as they are.
+pub fn denied(err: zk::Error, path: &str, permission: &str) -> anyhow::Error {
+    match err {
+        zk::Error::NoAuth => Failure::new(
+            ErrorKind::NoPermission,
+            format!("the ACL of {path} denies {permission} to this session's identity"),
+        )
+        .into(),
+        err => err.into(),
+    }
 }
 
 pub fn parent(path: &str) -> &str {

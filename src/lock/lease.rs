@@ -27,7 +27,7 @@ use crate::lock::acquire::NodeWatch;
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
-use crate::session::{is_connection_loss, is_session_lost};
+use crate::session::{Settings, is_connection_loss, is_session_lost};
 
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -93,7 +93,8 @@ impl LeasePolicy {
 
 /// How to reach our session from a second connection (see [`probe`]).
 pub struct Reattach {
-    pub hosts: String,
+    /// The same TLS and credentials as the session's own connection.
+    pub settings: Settings,
     pub session: zk::SessionInfo,
 }
 
@@ -178,13 +179,14 @@ enum Probe {
 /// on; the library's own client reattaches the same session later. The probe
 /// is detached: dropping it must not close the session.
 async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Probe {
-    let connecting = zk::Client::connector()
+    let connector = reattach
+        .settings
+        .connector()
         .with_session(reattach.session.clone())
         .with_session_timeout(policy.session_timeout)
         .with_connection_timeout(policy.connection_timeout)
-        .with_readonly(false)
-        .with_detached()
-        .connect(&reattach.hosts);
+        .with_detached();
+    let connecting = reattach.settings.open(connector);
     let client = match tokio::time::timeout(policy.connection_timeout, connecting).await {
         Ok(Ok(client)) => client,
         Ok(Err(zk::Error::SessionExpired)) => {

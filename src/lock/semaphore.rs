@@ -7,7 +7,8 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::acquire::{
-    Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, parent, take_turn,
+    Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, denied, parent,
+    take_turn,
 };
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::session::retrying;
@@ -40,7 +41,7 @@ pub async fn acquire_permit(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    claim_semaphore(client, request.dir, limit).await?;
+    claim_semaphore(client, request.dir, limit, request.acls).await?;
     let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
     // The gate's watch lives until the gate is deleted, which consumes it;
     // dropped earlier, it would cost a RemoveWatches request.
@@ -56,7 +57,7 @@ pub async fn acquire_permit(
         // lease came last counted all the others.
         (None, None)
     };
-    let lease = create_node(client, &leases, LEASE, request.data).await?;
+    let lease = create_node(client, &leases, LEASE, request.data, request.acls).await?;
     owned.push(lease.clone());
     loop {
         let (children, watcher) = retrying(|| client.list_and_watch_children(&leases))
@@ -100,20 +101,27 @@ pub async fn acquire_permit(
 
 /// Makes `dir` a semaphore of `limit` (its data), or checks that it is one.
 /// A path in use as a plain lock, or a semaphore of another limit, is refused.
-async fn claim_semaphore(client: &zk::Client, dir: &str, limit: u32) -> Result<()> {
+async fn claim_semaphore(
+    client: &zk::Client,
+    dir: &str,
+    limit: u32,
+    acls: &[zk::Acl],
+) -> Result<()> {
     let wanted = recipe::encode_limit(limit);
     loop {
-        match create_dir(client, dir, &wanted).await {
+        match create_dir(client, dir, &wanted, acls).await {
             Ok(()) => return Ok(()),
             Err(zk::Error::NodeExists) => {}
             Err(zk::Error::NoNode) if parent(dir) == "/" => {
                 bail!("cannot create {dir}: the chroot given with -z does not exist");
             }
             Err(zk::Error::NoNode) => {
-                create_ancestors(client, parent(dir)).await?;
+                create_ancestors(client, parent(dir), acls).await?;
                 continue;
             }
-            Err(err) => return Err(err).context(format!("creating {dir}")),
+            Err(err) => {
+                return Err(denied(err, parent(dir), "CREATE")).context(format!("creating {dir}"));
+            }
         }
         let (data, stat) = match retrying(|| client.get_data(dir)).await {
             Err(zk::Error::NoNode) => continue, // an empty container, just reaped

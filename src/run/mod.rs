@@ -19,7 +19,7 @@ use crate::lock::holder;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
-use crate::session::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
+use crate::session::{Session, Settings, connection_timeout_for, is_session_lost};
 
 pub fn run(cli: Cli) -> Result<Exit> {
     match cli.command {
@@ -46,7 +46,9 @@ struct Plan<'a> {
     paths: Vec<&'a str>,
     order: Vec<&'a str>,
     kind: LockKind,
-    connect: ConnectOptions,
+    connect: Settings,
+    /// The ACL of every node we create.
+    acls: Vec<zookeeper_client::Acl>,
     wait: bool,
     data: Vec<u8>,
     report: Report,
@@ -56,6 +58,7 @@ impl<'a> Plan<'a> {
     fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
         let paths = args.lock_paths().map_err(Failure::usage)?;
+        let connect = Settings::resolve(&args.connection.given()).map_err(Failure::usage)?;
         let plan = Plan {
             args,
             data: holder::describe_self(&argv),
@@ -63,11 +66,8 @@ impl<'a> Plan<'a> {
             order: acquisition_order(&paths),
             paths,
             kind: args.lock_kind(),
-            connect: ConnectOptions {
-                hosts: args.connection.hosts.clone(),
-                session_timeout: args.connection.session_timeout.0,
-                connect_timeout: args.connection.connect_timeout.0,
-            },
+            acls: connect.acl.to_zk(),
+            connect,
             wait: args.wait_limit() != Some(Duration::ZERO),
             report: Report(args.verbosity()),
         };
@@ -115,7 +115,7 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let exit = {
         let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
         let reattach = lease::Reattach {
-            hosts: plan.connect.hosts.connect_string().to_owned(),
+            settings: plan.connect.clone(),
             session: session.client().session().clone(),
         };
         let lost = lease::lost(
@@ -179,6 +179,10 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
             session.id(),
             humantime::format_duration(session.timeout())
         ));
+        if let Err(err) = session.check_acl(&plan.connect).await {
+            session.close(&[]).await;
+            return Err(err);
+        }
         if let Err(why) = plan.policy(session.timeout()).check() {
             session.close(&[]).await;
             return Err(Failure::usage(format!(
@@ -256,6 +260,7 @@ async fn acquire_all(
             kind: plan.kind,
             data: &plan.data,
             wait: plan.wait,
+            acls: &plan.acls,
         };
         last = acquire::acquire(&request, owned, observer).await?;
         match &mut last {

@@ -1,16 +1,21 @@
 //! The ZooKeeper session: connecting within a deadline, classifying errors,
 //! and shutting down in the order that frees our node at once.
 
+pub mod acl;
+pub mod config;
+pub mod secret;
+pub mod settings;
+
 use std::future::Future;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::exit::{ErrorKind, Failure};
-use crate::values::HostList;
+pub use crate::session::settings::Settings;
 
 /// How long to wait for the server to confirm the end of the session. The
 /// server deletes our ephemerals when it processes the close, so this wait is
@@ -66,13 +71,6 @@ where
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    pub hosts: HostList,
-    pub session_timeout: Duration,
-    pub connect_timeout: Duration,
-}
-
 /// A live session. It owns the only [`zk::Client`]; everything else borrows
 /// it, so that [`Session::close`] can drop the last handle and the library
 /// sends CloseSession.
@@ -84,17 +82,13 @@ pub struct Session {
 
 impl Session {
     /// Connects, retrying until `connect_timeout` has passed.
-    pub async fn connect(options: &ConnectOptions) -> Result<Session> {
+    pub async fn connect(options: &Settings) -> Result<Session> {
         let deadline = Instant::now() + options.connect_timeout;
         let connection_timeout = connection_timeout_for(options.session_timeout);
         let hosts = options.hosts.connect_string();
         let mut last_error = None;
         while Instant::now() < deadline {
-            let connecting = zk::Client::connector()
-                .with_session_timeout(options.session_timeout)
-                .with_connection_timeout(connection_timeout)
-                .with_readonly(false)
-                .connect(hosts);
+            let connecting = options.open(options.connector());
             match tokio::time::timeout_at(deadline, connecting).await {
                 Ok(Ok(client)) => {
                     let states = client.state_watcher();
@@ -107,7 +101,10 @@ impl Session {
                 Ok(Err(zk::Error::AuthFailed)) => {
                     return Err(Failure::new(
                         ErrorKind::NoPermission,
-                        format!("authentication failed at {hosts}"),
+                        format!(
+                            "authentication failed at {hosts} ({})",
+                            options.credentials()
+                        ),
                     )
                     .into());
                 }
@@ -139,6 +136,26 @@ impl Session {
 
     pub fn id(&self) -> i64 {
         self.client.session_id().0
+    }
+
+    /// Refuses (usage error) an ACL under which contenders of our identity
+    /// could not queue. The identities are the server's own view (whoami,
+    /// ZooKeeper 3.7+): an x509 subject or a digest hash is spelled exactly
+    /// as the server compares it. Servers without whoami skip the check.
+    pub async fn check_acl(&self, settings: &Settings) -> Result<()> {
+        if !settings.acl.explicit {
+            return Ok(());
+        }
+        let users = match retrying(|| self.client.list_auth_users()).await {
+            Ok(users) => users,
+            Err(zk::Error::Unimplemented) => return Ok(()),
+            Err(err) => return Err(err).context("asking the server who we are (whoami)"),
+        };
+        let identities: Vec<(String, String)> = users
+            .iter()
+            .map(|u| (u.scheme().to_owned(), u.user().to_owned()))
+            .collect();
+        settings.acl.check(&identities).map_err(Failure::usage)
     }
 
     /// Deletes `nodes` (last first), waiting for the server's answers, within
