@@ -5,6 +5,7 @@ pub mod acl;
 pub mod config;
 pub mod secret;
 pub mod settings;
+pub mod tls_check;
 
 use std::future::Future;
 use std::time::Duration;
@@ -71,6 +72,21 @@ where
     }
 }
 
+/// Resolves with what is wrong with the certificates if connecting over
+/// TLS has not succeeded within `after`; never resolves otherwise.
+async fn tls_problem(settings: &Settings, after: Duration) -> String {
+    if let Some(pem) = settings.tls_pem.clone() {
+        tokio::time::sleep(after).await;
+        let hosts = settings.hosts.connect_string().to_owned();
+        let check =
+            tokio::task::spawn_blocking(move || tls_check::diagnose(&pem, &hosts, after)).await;
+        if let Ok(Some(problem)) = check {
+            return problem;
+        }
+    }
+    std::future::pending().await
+}
+
 /// A live session. It owns the only [`zk::Client`]; everything else borrows
 /// it, so that [`Session::close`] can drop the last handle and the library
 /// sends CloseSession.
@@ -87,9 +103,17 @@ impl Session {
         let connection_timeout = connection_timeout_for(options.session_timeout);
         let hosts = options.hosts.connect_string();
         let mut last_error = None;
+        let tls_problem = tls_problem(options, connection_timeout);
+        tokio::pin!(tls_problem);
         while Instant::now() < deadline {
             let connecting = options.open(options.connector());
-            match tokio::time::timeout_at(deadline, connecting).await {
+            let attempt = tokio::select! {
+                attempt = tokio::time::timeout_at(deadline, connecting) => attempt,
+                problem = &mut tls_problem => {
+                    return Err(Failure::new(ErrorKind::NoPermission, problem).into());
+                }
+            };
+            match attempt {
                 Ok(Ok(client)) => {
                     let states = client.state_watcher();
                     return Ok(Session {

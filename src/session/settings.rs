@@ -13,6 +13,7 @@ use crate::session::acl::AclPolicy;
 use crate::session::config::{self, Ensemble, Loaded};
 use crate::session::connection_timeout_for;
 use crate::session::secret::{self, PASSWORD_ENV, Secret};
+use crate::session::tls_check::TlsPem;
 use crate::values::{HostList, Seconds, Target};
 
 /// Where zklock connects when nothing says otherwise.
@@ -63,6 +64,8 @@ pub struct Settings {
     pub tls: Option<zk::TlsOptions>,
     /// The files behind `tls`, for messages.
     pub tls_files: Vec<PathBuf>,
+    /// Their contents, for telling certificate problems apart.
+    pub tls_pem: Option<TlsPem>,
     pub sasl: Option<Sasl>,
     /// `addauth digest user:password`, sent on every connection.
     pub digest: Option<(String, Secret)>,
@@ -126,7 +129,7 @@ impl Settings {
         )?;
 
         let pick = |flag: &Option<PathBuf>, file: &Option<PathBuf>| flag.clone().or(file.clone());
-        let (tls, tls_files) = tls_options(
+        let (tls, tls_files, tls_pem) = tls_options(
             pick(&given.tls_ca, &ensemble.tls_ca),
             pick(&given.tls_cert, &ensemble.tls_cert),
             pick(&given.tls_key, &ensemble.tls_key),
@@ -221,6 +224,7 @@ impl Settings {
             connect_timeout,
             tls,
             tls_files,
+            tls_pem,
             sasl,
             digest,
             acl,
@@ -299,32 +303,42 @@ impl Settings {
     }
 }
 
+type TlsParts = (Option<zk::TlsOptions>, Vec<PathBuf>, Option<TlsPem>);
+
 /// Reads the CA and, for mutual TLS, the client's certificate and key.
 fn tls_options(
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
-) -> Result<(Option<zk::TlsOptions>, Vec<PathBuf>), String> {
+) -> Result<TlsParts, String> {
     let Some(ca) = ca else {
         if cert.is_some() || key.is_some() {
             return Err(
                 "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers)".into(),
             );
         }
-        return Ok((None, Vec::new()));
+        return Ok((None, Vec::new(), None));
     };
     let read = |what: &str, path: &Path| {
         std::fs::read_to_string(path)
             .map_err(|err| format!("cannot read the TLS {what} {}: {err}", path.display()))
     };
+    let ca_pem = read("CA file", &ca)?;
     let options = zk::TlsOptions::new()
-        .with_pem_ca(&read("CA file", &ca)?)
+        .with_pem_ca(&ca_pem)
         .map_err(|_| format!("the TLS CA file {} holds no PEM certificate", ca.display()))?;
+    let mut pem = TlsPem {
+        ca: ca_pem,
+        ca_file: ca.display().to_string(),
+        identity: None,
+        cert_file: None,
+    };
     match (cert, key) {
-        (None, None) => Ok((Some(options), vec![ca])),
+        (None, None) => Ok((Some(options), vec![ca], Some(pem))),
         (Some(cert), Some(key)) => {
+            let (cert_pem, key_pem) = (read("certificate", &cert)?, read("key", &key)?);
             let options = options
-                .with_pem_identity(&read("certificate", &cert)?, &read("key", &key)?)
+                .with_pem_identity(&cert_pem, &key_pem)
                 .map_err(|_| {
                     format!(
                         "the TLS certificate {} or key {} is not valid PEM",
@@ -332,7 +346,9 @@ fn tls_options(
                         key.display()
                     )
                 })?;
-            Ok((Some(options), vec![ca, cert, key]))
+            pem.identity = Some((cert_pem, Secret::new(key_pem)));
+            pem.cert_file = Some(cert.display().to_string());
+            Ok((Some(options), vec![ca, cert, key], Some(pem)))
         }
         (Some(_), None) => Err("--tls-cert needs --tls-key (the certificate's private key)".into()),
         (None, Some(_)) => Err("--tls-key needs --tls-cert".into()),
