@@ -19,6 +19,7 @@ mod interop;
 mod kind_faults;
 mod multi_path;
 mod run_basics;
+mod secure;
 mod secure_harness_selftest;
 mod semaphore;
 mod shared;
