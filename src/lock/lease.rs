@@ -44,6 +44,11 @@ pub struct LeasePolicy {
     pub connection_timeout: Duration,
     pub kill_after: Duration,
     pub on_disconnect: OnDisconnect,
+    /// Look at our nodes every so often instead of watching them. With SASL,
+    /// zookeeper-client 0.11.2 re-registers watches on a new connection
+    /// before SASL has finished, and a server enforcing authentication then
+    /// fails the session (AuthFailed): a held lock must keep no watch.
+    pub poll_nodes: Option<Duration>,
 }
 
 impl LeasePolicy {
@@ -114,7 +119,7 @@ pub async fn lost(
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
-    let mut node_check = Box::pin(any_node_lost(client, nodes, watches));
+    let mut node_check = Box::pin(any_node_lost(client, nodes, watches, policy.poll_nodes));
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
@@ -129,7 +134,7 @@ pub async fn lost(
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new()));
+                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new(), policy.poll_nodes));
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -214,7 +219,13 @@ async fn any_node_lost(
     client: &zk::Client,
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
+    poll: Option<Duration>,
 ) -> LossReason {
+    if let Some(interval) = poll {
+        // Dropped while connected: the library removes them from the server now.
+        drop(watches);
+        return nodes_lost_polling(client, nodes, interval).await;
+    }
     watches.resize_with(nodes.len(), || None);
     let mut checks: Vec<_> = nodes
         .iter()
@@ -231,6 +242,30 @@ async fn any_node_lost(
             .unwrap_or(Poll::Pending)
     })
     .await
+}
+
+/// Reads our nodes every `interval` (without a watch) until one is gone or
+/// not ours.
+async fn nodes_lost_polling(
+    client: &zk::Client,
+    nodes: &[String],
+    interval: Duration,
+) -> LossReason {
+    loop {
+        for node in nodes {
+            match client.get_data(node).await {
+                Ok((_, stat)) if stat.ephemeral_owner != client.session_id().0 => {
+                    return format!("{node} now belongs to another session");
+                }
+                Ok(_) => {}
+                Err(zk::Error::NoNode) => return format!("{node} was deleted"),
+                // The session's state changes decide these.
+                Err(err) if is_connection_loss(&err) || is_session_lost(&err) => {}
+                Err(err) => return format!("cannot read {node}: {err}"),
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
 }
 
 /// Watches our node with a data watch (starting with `watch` if given):
@@ -275,6 +310,7 @@ mod tests {
             connection_timeout: crate::session::connection_timeout_for(session_timeout),
             kill_after: Duration::from_secs(k),
             on_disconnect: mode,
+            poll_nodes: None,
         }
     }
 

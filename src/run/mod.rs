@@ -84,6 +84,11 @@ impl<'a> Plan<'a> {
             connection_timeout: connection_timeout_for(session_timeout),
             kill_after: self.args.kill_after.0,
             on_disconnect: self.args.on_disconnect,
+            poll_nodes: self
+                .connect
+                .sasl
+                .is_some()
+                .then(|| connection_timeout_for(session_timeout) / 2),
         }
     }
 }

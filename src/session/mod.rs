@@ -48,10 +48,16 @@ pub fn is_connection_loss(err: &zk::Error) -> bool {
 
 /// True when the session is gone for good: our ephemerals are (or soon will
 /// be) deleted by the ensemble, and only a new session can continue.
+/// AuthFailed on a session that had authenticated is one: with SASL,
+/// zookeeper-client 0.11.2 re-registers watches before SASL has finished on
+/// a new connection, and a server enforcing authentication ends the session.
 pub fn is_session_lost(err: &zk::Error) -> bool {
     matches!(
         err,
-        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved
+        zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::SessionMoved
+            | zk::Error::AuthFailed
     )
 }
 

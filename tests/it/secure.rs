@@ -5,11 +5,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::harness::{
-    ClientSecurity, Gated, Inspector, Outcome, SASL_PASSWORD, SASL_USER, Security, ServerOptions,
-    TempDir, ZkServer, assert_no_nodes, pki, run_bounded, shared_server, unique_path, zklock_run,
+    ClientSecurity, Ensemble, FaultProxy, Gated, Inspector, Mode, Outcome, SASL_PASSWORD,
+    SASL_USER, Security, ServerOptions, TempDir, ZkServer, assert_no_nodes, pki, run_bounded,
+    shared_server, unique_path, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -366,4 +367,143 @@ fn parent_of_command(holder: &Gated) -> u32 {
         .trim()
         .parse()
         .unwrap()
+}
+
+/// Waits until `until`, checking all along that `node` stays ours (`owner`).
+fn node_kept_until(zk: &Inspector, node: &str, owner: i64, until: Instant) {
+    while Instant::now() < until {
+        let (_, stat) = zk
+            .get_data(node)
+            .unwrap_or_else(|| panic!("{node} vanished"));
+        assert_eq!(stat.ephemeral_owner, owner, "{node} changed owner");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn secure_sasl_outage_keeps_the_lock_and_the_identity() {
+    let server = sasl_server();
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("sasl-outage");
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args([
+        "--sasl-user",
+        SASL_USER,
+        "--session-timeout",
+        "4s",
+        "--kill-after",
+        "0.5s",
+    ]);
+    cmd.env("ZKLOCK_PASSWORD", SASL_PASSWORD);
+    let holder = Gated::start(cmd);
+    let zk = Inspector::connect_secure(
+        &server.connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let (_, stat) = zk.get_data(&node).expect("the holder's node");
+    let connections = proxy.connections();
+    proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
+    // Longer than the connection timeout (1 s): the client reconnects, and the
+    // server (enforcing SASL) takes it back only if SASL runs again.
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        cut + Duration::from_millis(1500),
+    );
+    proxy.set_mode(Mode::Pass);
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        cut + Duration::from_secs(5),
+    );
+    assert!(
+        proxy.connections() > connections,
+        "the holder never reconnected"
+    );
+    // Exit 0, not 76: the lock was never given up.
+    assert!(holder.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn secure_tls_ensemble_failover_keeps_the_lock() {
+    let mut ensemble = Ensemble::start_with(
+        3,
+        ServerOptions {
+            security: Security::tls(),
+            ..ServerOptions::default()
+        },
+    );
+    let connect = ensemble.connect_string();
+    let path = unique_path("tls-failover");
+    let pki = pki();
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.arg("--tls-ca").arg(&pki.ca);
+    cmd.arg("--tls-cert").arg(&pki.client.cert);
+    cmd.arg("--tls-key").arg(&pki.client.key);
+    cmd.args(["--session-timeout", "10s", "--kill-after", "1s"]);
+    let holder = Gated::start(cmd);
+    let leader = ensemble.leader();
+    ensemble.kill(leader);
+    let killed = Instant::now();
+    let survivors: Vec<String> = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| ensemble.member_connect_string(i))
+        .collect();
+    let zk = Inspector::connect_secure(&survivors.join(","), &ClientSecurity::tls());
+    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let (_, stat) = zk.get_data(&node).expect("the holder's node");
+    // Past the session timeout: a holder that had not come back would have lost it.
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        killed + Duration::from_millis(10_500),
+    );
+    assert!(holder.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn secure_sasl_outage_while_waiting_still_gets_the_lock() {
+    let server = sasl_server();
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("sasl-wait-outage");
+    let holder = Gated::start(sasl_run(&path, SASL_PASSWORD));
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args([
+        "--sasl-user",
+        SASL_USER,
+        "--session-timeout",
+        "4s",
+        "--kill-after",
+        "0.5s",
+    ]);
+    cmd.env("ZKLOCK_PASSWORD", SASL_PASSWORD);
+    let mut waiter = Gated::spawn(cmd);
+    let zk = Inspector::connect_secure(
+        &server.connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    crate::harness::wait_until(LONG, "the waiter queues", || zk.children(&path).len() == 2);
+    let connections = proxy.connections();
+    proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
+    crate::harness::wait_until(
+        LONG,
+        "the blackhole outlasts the connection timeout",
+        || cut.elapsed() > Duration::from_millis(1500),
+    );
+    proxy.set_mode(Mode::Pass);
+    crate::harness::wait_until(LONG, "the waiter reconnects", || {
+        proxy.connections() > connections
+    });
+    assert!(holder.finish().success());
+    waiter.wait_started(LONG);
+    assert!(waiter.finish().success());
+    assert_no_nodes(&zk, &path);
 }
