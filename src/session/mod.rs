@@ -3,6 +3,8 @@
 
 pub mod acl;
 pub mod config;
+#[cfg(feature = "kerberos")]
+pub mod kerberos_check;
 pub mod secret;
 pub mod settings;
 pub mod tls_check;
@@ -78,17 +80,27 @@ where
     }
 }
 
-/// Resolves with what is wrong with the certificates if connecting over
-/// TLS has not succeeded within `after`; never resolves otherwise.
-async fn tls_problem(settings: &Settings, after: Duration) -> String {
-    if let Some(pem) = settings.tls_pem.clone() {
-        tokio::time::sleep(after).await;
-        let hosts = settings.hosts.connect_string().to_owned();
-        let check =
-            tokio::task::spawn_blocking(move || tls_check::diagnose(&pem, &hosts, after)).await;
-        if let Ok(Some(problem)) = check {
-            return problem;
+/// Resolves with what is wrong with the certificates or the Kerberos
+/// ticket if connecting has not succeeded within `after`; never resolves
+/// otherwise (the library retries both kinds of failure silently).
+async fn credential_problem(settings: &Settings, after: Duration) -> String {
+    if settings.tls_pem.is_none() && !settings.uses_kerberos() {
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(after).await;
+    let settings = settings.clone();
+    let check = tokio::task::spawn_blocking(move || {
+        let hosts = settings.hosts.connect_string();
+        if let Some(pem) = &settings.tls_pem {
+            if let Some(problem) = tls_check::diagnose(pem, hosts, after) {
+                return Some(problem);
+            }
         }
+        settings.kerberos_problem()
+    })
+    .await;
+    if let Ok(Some(problem)) = check {
+        return problem;
     }
     std::future::pending().await
 }
@@ -109,7 +121,7 @@ impl Session {
         let connection_timeout = connection_timeout_for(options.session_timeout);
         let hosts = options.hosts.connect_string();
         let mut last_error = None;
-        let tls_problem = tls_problem(options, connection_timeout);
+        let tls_problem = credential_problem(options, connection_timeout);
         tokio::pin!(tls_problem);
         while Instant::now() < deadline {
             let connecting = options.open(options.connector());

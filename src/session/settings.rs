@@ -276,6 +276,23 @@ impl Settings {
         }
     }
 
+    pub fn uses_kerberos(&self) -> bool {
+        matches!(self.sasl, Some(Sasl::Gssapi { .. }))
+    }
+
+    /// Why Kerberos cannot authenticate us to the first server, if it cannot.
+    pub fn kerberos_problem(&self) -> Option<String> {
+        #[cfg(feature = "kerberos")]
+        if let Some(Sasl::Gssapi { service, host }) = &self.sasl {
+            let first = self.hosts.connect_string().split([',', '/']).next()?;
+            let name = first.rsplit_once(':').map_or(first, |(name, _)| name);
+            let name = name.trim_start_matches('[').trim_end_matches(']');
+            let host = host.as_deref().unwrap_or(name);
+            return crate::session::kerberos_check::diagnose(service, host);
+        }
+        None
+    }
+
     /// Who we authenticate as, for messages (never the password).
     pub fn credentials(&self) -> String {
         let mut parts = Vec::new();

@@ -21,6 +21,8 @@ mod multi_path;
 mod run_basics;
 mod secure;
 mod secure_harness_selftest;
+#[cfg(feature = "kerberos")]
+mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;

@@ -200,6 +200,10 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
         cmd
     };
     let holder = Gated::start(digest_run());
+    assert!(
+        !holder.env().contains_key("ZKLOCK_PASSWORD"),
+        "the command got zklock's password"
+    );
     let bob = Inspector::connect_secure(&connect, &ClientSecurity::digest("bob", "bob-secret"));
     let nodes = bob.try_children(&path);
     assert!(
