@@ -511,3 +511,46 @@ fn secure_sasl_outage_while_waiting_still_gets_the_lock() {
     assert!(waiter.finish().success());
     assert_no_nodes(&zk, &path);
 }
+
+#[test]
+fn secure_acl_denials_exit_77_naming_path_and_permission() {
+    use zookeeper_client as zk;
+    let connect = shared_server().connect_string();
+    // A lock directory that anyone may create and delete in but only its
+    // creator may list.
+    let admin = Inspector::connect_secure(&connect, &ClientSecurity::digest("admin", "admin-pw"));
+    let dir = unique_path("acl-deny");
+    admin.create_all(&dir);
+    admin.delete(&dir);
+    let acls = [
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("auth", "")),
+        zk::Acl::new(
+            zk::Permission::CREATE | zk::Permission::DELETE,
+            zk::AuthId::anyone(),
+        ),
+    ];
+    let mode = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acls));
+    admin
+        .run(admin.client().create(&dir, b"", &mode))
+        .expect("create the lock directory");
+    let out = finish(&mut zklock_run(&connect, &dir));
+    out.assert_code(77);
+    let line = out.one_error_line();
+    assert!(line.contains(&format!("the ACL of {dir} denies READ")), "{line}");
+    // Our node was created before the listing was denied: it is gone.
+    assert!(admin.children(&dir).is_empty(), "{:?}", admin.children(&dir));
+
+    // A directory held under another identity's `creator` ACL: no CREATE.
+    let path = unique_path("acl-deny-create");
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.args(["--digest-user", "alice", "--acl", "creator"]);
+    cmd.env("ZKLOCK_PASSWORD", "alice-secret");
+    let holder = Gated::start(cmd);
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.args(["--digest-user", "bob"]).env("ZKLOCK_PASSWORD", "bob-secret");
+    let out = finish(&mut cmd);
+    out.assert_code(77);
+    let line = out.one_error_line();
+    assert!(line.contains(&format!("the ACL of {path} denies CREATE")), "{line}");
+    assert!(holder.finish().success());
+}
