@@ -536,9 +536,16 @@ fn secure_acl_denials_exit_77_naming_path_and_permission() {
     let out = finish(&mut zklock_run(&connect, &dir));
     out.assert_code(77);
     let line = out.one_error_line();
-    assert!(line.contains(&format!("the ACL of {dir} denies READ")), "{line}");
+    assert!(
+        line.contains(&format!("the ACL of {dir} denies READ")),
+        "{line}"
+    );
     // Our node was created before the listing was denied: it is gone.
-    assert!(admin.children(&dir).is_empty(), "{:?}", admin.children(&dir));
+    assert!(
+        admin.children(&dir).is_empty(),
+        "{:?}",
+        admin.children(&dir)
+    );
 
     // A directory held under another identity's `creator` ACL: no CREATE.
     let path = unique_path("acl-deny-create");
@@ -547,10 +554,36 @@ fn secure_acl_denials_exit_77_naming_path_and_permission() {
     cmd.env("ZKLOCK_PASSWORD", "alice-secret");
     let holder = Gated::start(cmd);
     let mut cmd = zklock_run(&connect, &path);
-    cmd.args(["--digest-user", "bob"]).env("ZKLOCK_PASSWORD", "bob-secret");
+    cmd.args(["--digest-user", "bob"])
+        .env("ZKLOCK_PASSWORD", "bob-secret");
     let out = finish(&mut cmd);
     out.assert_code(77);
     let line = out.one_error_line();
-    assert!(line.contains(&format!("the ACL of {path} denies CREATE")), "{line}");
+    assert!(
+        line.contains(&format!("the ACL of {path} denies CREATE")),
+        "{line}"
+    );
     assert!(holder.finish().success());
+}
+
+#[test]
+fn secure_tls_x509_acl_is_checked_against_our_subject() {
+    let dn = crate::harness::CLIENT_DN;
+    let mut ours = tls_run(&unique_path("tls-x509-acl"));
+    ours.args([
+        "--acl",
+        &format!("x509:{dn}:cdrwa"),
+        "--acl",
+        "world:anyone:r",
+    ]);
+    finish(&mut ours).assert_code(0);
+    let mut other = tls_run(&unique_path("tls-x509-acl"));
+    other.args(["--acl", "x509:CN=someone-else:cdrwa"]);
+    let out = finish(&mut other);
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains(&format!("x509:{dn}")),
+        "{}",
+        out.stderr
+    );
 }
