@@ -79,7 +79,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__break)
-            opts="-y -z -h -V --node --yes --zookeeper --session-timeout --connect-timeout --help --version"
+            opts="-y -z -h -V --node --yes --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -102,6 +102,46 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sasl-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --digest-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-service)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --acl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -239,7 +279,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__list)
-            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --help --version"
+            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -258,6 +298,46 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sasl-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --digest-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-service)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --acl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -283,7 +363,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__run)
-            opts="-c -z -x -s -w -n -E -v -q -h -V --command --label --zookeeper --session-timeout --connect-timeout --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --verbose --quiet --help --version"
+            opts="-c -z -x -s -w -n -E -v -q -h -V --command --label --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -314,6 +394,46 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sasl-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --digest-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-service)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --acl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -353,7 +473,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__status)
-            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --help --version"
+            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -372,6 +492,46 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-ca)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sasl-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --digest-user)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --password-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-service)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos-host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --acl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

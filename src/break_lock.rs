@@ -13,7 +13,7 @@ use crate::lock::inspect;
 use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::present;
 use crate::report::{print_stdout, say};
-use crate::session::{self, ConnectOptions, Session, retrying};
+use crate::session::{self, Session, Settings, retrying};
 
 /// The node to delete, as it was shown.
 struct Target {
@@ -23,7 +23,7 @@ struct Target {
 }
 
 pub fn break_lock(args: BreakArgs) -> Result<Exit> {
-    let options = args.connection.connect_options();
+    let options = args.connection.settings()?;
     let lock = args.path.as_str();
     // No session stays open while a person reads and answers the prompt:
     // it could expire meanwhile.
@@ -46,11 +46,7 @@ pub fn break_lock(args: BreakArgs) -> Result<Exit> {
 }
 
 /// Finds the node to delete: the named one, or the only holder.
-async fn find_target(
-    options: &ConnectOptions,
-    lock: &str,
-    name: Option<&str>,
-) -> Result<Option<Target>> {
+async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Result<Option<Target>> {
     let session = Session::connect(options).await?;
     let view = inspect::read_lock(session.client(), lock).await;
     session.close(&[]).await;
@@ -108,7 +104,7 @@ fn confirmed(target: &Target) -> Result<bool> {
 }
 
 /// Deletes the target if it is still the node shown (same czxid).
-async fn delete_target(options: &ConnectOptions, target: &Target) -> Result<Exit> {
+async fn delete_target(options: &Settings, target: &Target) -> Result<Exit> {
     let session = Session::connect(options).await?;
     let result = delete_if_same(session.client(), target).await;
     session.close(&[]).await;

@@ -36,7 +36,7 @@ struct ListEntry {
 
 pub fn list(args: ListArgs) -> Result<Exit> {
     session::block_on(async {
-        let session = Session::connect(&args.connection.connect_options()).await?;
+        let session = Session::connect(&args.connection.settings()?).await?;
         let tree = inspect::read_tree(session.client(), args.prefix.as_str()).await;
         session.close(&[]).await;
         let now = SystemTime::now();

@@ -19,7 +19,7 @@ struct StatusJson {
 
 pub fn status(args: StatusArgs) -> Result<Exit> {
     session::block_on(async {
-        let session = Session::connect(&args.connection.connect_options()).await?;
+        let session = Session::connect(&args.connection.settings()?).await?;
         let mut locks = Vec::new();
         let mut any_taken = false;
         for path in &args.paths {

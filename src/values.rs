@@ -227,6 +227,25 @@ fn normalize_host(host: &str) -> Result<String, String> {
     Ok(format!("{name}:{port}"))
 }
 
+/// What `-z` names: hosts, or `@NAME`, an ensemble of the config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Hosts(HostList),
+    Named(String),
+}
+
+impl FromStr for Target {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.strip_prefix('@') {
+            Some("") => Err("`@` needs an ensemble name from the config file, e.g. @prod".into()),
+            Some(name) => Ok(Target::Named(name.to_owned())),
+            None => text.parse().map(Target::Hosts),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,8 @@ use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use crate::session::secret::PASSWORD_ENV;
+
 /// Everything the child reads, prepared by the parent: the child must not
 /// allocate (the allocator's locks may be held by a thread that does not
 /// exist in the child's view) and must not touch anything else we own.
@@ -219,10 +221,12 @@ fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
         .collect()
 }
 
-/// Our environment with `env` added, replacing inherited values.
+/// Our environment with `env` added, replacing inherited values. zklock's
+/// own password is not passed on: the command has no use for it.
 fn environment(env: &[(&str, String)]) -> io::Result<Vec<CString>> {
-    let inherited =
-        std::env::vars_os().filter(|(key, _)| !env.iter().any(|(k, _)| OsStr::new(k) == key));
+    let inherited = std::env::vars_os()
+        .filter(|(key, _)| key != OsStr::new(PASSWORD_ENV))
+        .filter(|(key, _)| !env.iter().any(|(k, _)| OsStr::new(k) == key));
     let added = env
         .iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)));

@@ -9,6 +9,7 @@ use std::task::{Context as TaskContext, Waker};
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
+use crate::exit::{ErrorKind, Failure};
 use crate::lock::holder::Seen;
 use crate::lock::recipe::{self, LOCK, LockKind, READ, Standing, WRITE};
 use crate::lock::semaphore;
@@ -72,6 +73,8 @@ pub struct Request<'a> {
     pub kind: LockKind,
     pub data: &'a [u8],
     pub wait: bool,
+    /// The ACL of every node created, containers included.
+    pub acls: &'a [zk::Acl],
 }
 
 /// Takes the lock at `request.dir`. Every node created is pushed to `owned`
@@ -103,7 +106,7 @@ pub async fn take_turn(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let node = create_node(client, dir, marker, request.data).await?;
+    let node = create_node(client, dir, marker, request.data, request.acls).await?;
     observer.queued(&node);
     let me = node.name().to_owned();
     owned.push(node.clone());
@@ -112,6 +115,7 @@ pub async fn take_turn(
     'queue: loop {
         let children = retrying(|| client.list_children(dir))
             .await
+            .map_err(|err| denied(err, dir, "READ"))
             .context("listing the lock's queue")?;
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             semaphore::refuse_as_lock(client, dir).await?;
@@ -214,9 +218,10 @@ pub async fn create_node(
     dir: &str,
     marker: &str,
     data: &[u8],
+    acls: &[zk::Acl],
 ) -> Result<Node> {
     let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
-    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
     let requested = format!("{dir}/{prefix}");
     let mut losses = Losses::default();
     loop {
@@ -228,7 +233,7 @@ pub async fn create_node(
                 });
             }
             // The directory is missing, or a container was reaped under us.
-            Err(zk::Error::NoNode) => create_ancestors(client, dir).await?,
+            Err(zk::Error::NoNode) => create_ancestors(client, dir, acls).await?,
             Err(err) if is_connection_loss(&err) => {
                 losses
                     .lost()
@@ -237,7 +242,10 @@ pub async fn create_node(
                     return Ok(node);
                 }
             }
-            Err(err) => return Err(err).context(format!("creating a lock node under {dir}")),
+            Err(err) => {
+                return Err(denied(err, dir, "CREATE"))
+                    .context(format!("creating a lock node under {dir}"));
+            }
         }
     }
 }
@@ -271,11 +279,16 @@ async fn find_own_node(client: &zk::Client, dir: &str, prefix: &str) -> Result<O
 
 /// Creates a directory node as a container (the server deletes it once it
 /// is empty again), or as a persistent node on servers without containers.
-pub async fn create_dir(client: &zk::Client, path: &str, data: &[u8]) -> Result<(), zk::Error> {
-    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+pub async fn create_dir(
+    client: &zk::Client,
+    path: &str,
+    data: &[u8],
+    acls: &[zk::Acl],
+) -> Result<(), zk::Error> {
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::new(acls));
     match retrying(|| client.create(path, data, &container)).await {
         Err(zk::Error::Unimplemented) => {
-            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
             retrying(|| client.create(path, data, &persistent))
                 .await
                 .map(drop)
@@ -285,7 +298,7 @@ pub async fn create_dir(client: &zk::Client, path: &str, data: &[u8]) -> Result<
 }
 
 /// Creates `dir` and its missing ancestors, top down.
-pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
+pub async fn create_ancestors(client: &zk::Client, dir: &str, acls: &[zk::Acl]) -> Result<()> {
     let ancestors: Vec<&str> = dir
         .match_indices('/')
         .skip(1)
@@ -297,14 +310,17 @@ pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
     for _attempt in 0..10 {
         let mut created = 0;
         for &ancestor in &ancestors {
-            match create_dir(client, ancestor, &[]).await {
+            match create_dir(client, ancestor, &[], acls).await {
                 Ok(()) | Err(zk::Error::NodeExists) => created += 1,
                 Err(zk::Error::NoNode) if created == 0 => {
                     return Err(anyhow::Error::new(MissingChroot))
                         .context(format!("cannot create {ancestor}"));
                 }
                 Err(zk::Error::NoNode) => break,
-                Err(err) => return Err(err).context(format!("creating {ancestor}")),
+                Err(err) => {
+                    return Err(denied(err, parent(ancestor), "CREATE"))
+                        .context(format!("creating {ancestor}"));
+                }
             }
         }
         if created == ancestors.len() {
@@ -326,6 +342,19 @@ impl std::fmt::Display for MissingChroot {
 }
 
 impl std::error::Error for MissingChroot {}
+
+/// NoAuth as the failure it is for the user: the ACL of `path` denies
+/// `permission` to this session's identity (exit 77); other errors as they are.
+pub fn denied(err: zk::Error, path: &str, permission: &str) -> anyhow::Error {
+    match err {
+        zk::Error::NoAuth => Failure::new(
+            ErrorKind::NoPermission,
+            format!("the ACL of {path} denies {permission} to this session's identity"),
+        )
+        .into(),
+        err => err.into(),
+    }
+}
 
 pub fn parent(path: &str) -> &str {
     match path.rsplit_once('/') {

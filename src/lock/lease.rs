@@ -27,7 +27,7 @@ use crate::lock::acquire::NodeWatch;
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
-use crate::session::{is_session_lost, retrying};
+use crate::session::{Settings, is_connection_loss, is_session_lost, retrying};
 
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -44,6 +44,11 @@ pub struct LeasePolicy {
     pub connection_timeout: Duration,
     pub kill_after: Duration,
     pub on_disconnect: OnDisconnect,
+    /// Look at our nodes every so often instead of watching them. With SASL,
+    /// zookeeper-client 0.11.2 re-registers watches on a new connection
+    /// before SASL has finished, and a server enforcing authentication then
+    /// fails the session (AuthFailed): a held lock must keep no watch.
+    pub poll_nodes: Option<Duration>,
 }
 
 impl LeasePolicy {
@@ -131,7 +136,8 @@ fn fmt(d: Duration) -> String {
 
 /// How to reach our session from a second connection (see [`probe`]).
 pub struct Reattach {
-    pub hosts: String,
+    /// The same TLS and credentials as the session's own connection.
+    pub settings: Settings,
     pub session: zk::SessionInfo,
 }
 
@@ -156,7 +162,13 @@ pub async fn lost(
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
-    let mut node_check = Box::pin(any_node_lost(client, nodes, watches, owner));
+    let mut node_check = Box::pin(any_node_lost(
+        client,
+        nodes,
+        watches,
+        owner,
+        policy.poll_nodes,
+    ));
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
@@ -171,7 +183,13 @@ pub async fn lost(
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new(), owner));
+                    node_check = Box::pin(any_node_lost(
+                        client,
+                        nodes,
+                        Vec::new(),
+                        owner,
+                        policy.poll_nodes,
+                    ));
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -221,13 +239,14 @@ enum Probe {
 /// on; the library's own client reattaches the same session later. The probe
 /// is detached: dropping it must not close the session.
 async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner: i64) -> Probe {
-    let connecting = zk::Client::connector()
+    let connector = reattach
+        .settings
+        .connector()
         .with_session(reattach.session.clone())
         .with_session_timeout(policy.session_timeout)
         .with_connection_timeout(policy.connection_timeout)
-        .with_readonly(false)
-        .with_detached()
-        .connect(&reattach.hosts);
+        .with_detached();
+    let connecting = reattach.settings.open(connector);
     let client = match tokio::time::timeout(policy.connection_timeout, connecting).await {
         Ok(Ok(client)) => client,
         Ok(Err(zk::Error::SessionExpired)) => {
@@ -254,7 +273,13 @@ async fn any_node_lost(
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
     owner: i64,
+    poll: Option<Duration>,
 ) -> LossReason {
+    if let Some(interval) = poll {
+        // Dropped while connected: the library removes them from the server now.
+        drop(watches);
+        return nodes_lost_polling(client, nodes, owner, interval).await;
+    }
     watches.resize_with(nodes.len(), || None);
     let mut checks: Vec<_> = nodes
         .iter()
@@ -271,6 +296,31 @@ async fn any_node_lost(
             .unwrap_or(Poll::Pending)
     })
     .await
+}
+
+/// Reads our nodes every `interval` (without a watch) until one is gone or
+/// not owned by `owner`.
+async fn nodes_lost_polling(
+    client: &zk::Client,
+    nodes: &[String],
+    owner: i64,
+    interval: Duration,
+) -> LossReason {
+    loop {
+        for node in nodes {
+            match client.get_data(node).await {
+                Ok((_, stat)) if stat.ephemeral_owner != owner => {
+                    return format!("{node} now belongs to another session");
+                }
+                Ok(_) => {}
+                Err(zk::Error::NoNode) => return format!("{node} was deleted"),
+                // The session's state changes decide these.
+                Err(err) if is_connection_loss(&err) || is_session_lost(&err) => {}
+                Err(err) => return format!("cannot read {node}: {err}"),
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
 }
 
 /// Watches our node with a data watch (starting with `watch` if given):
@@ -319,6 +369,7 @@ mod tests {
             connection_timeout: crate::session::connection_timeout_for(session_timeout),
             kill_after: Duration::from_secs(k),
             on_disconnect: mode,
+            poll_nodes: None,
         }
     }
 
@@ -347,6 +398,7 @@ mod tests {
                 connection_timeout: crate::session::connection_timeout_for(session_timeout),
                 kill_after: Duration::MAX,
                 on_disconnect: OnDisconnect::Lease,
+                poll_nodes: None,
             }
             .with_default_kill_after()
         };

@@ -7,7 +7,8 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::acquire::{
-    Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, parent, take_turn,
+    Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, denied, parent,
+    take_turn,
 };
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
@@ -41,8 +42,8 @@ pub async fn acquire_permit(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    claim_semaphore(client, request.dir, limit).await?;
     let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
+    claim_semaphore(client, request.dir, limit, request.acls).await?;
     let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
     let taken = match request.wait {
         true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
@@ -54,7 +55,7 @@ pub async fn acquire_permit(
         Acquired::Held(gate, watch) => (gate, watch),
         other => return Ok(other),
     };
-    let lease = create_node(client, &leases, LEASE, request.data).await?;
+    let lease = create_node(client, &leases, LEASE, request.data, request.acls).await?;
     owned.push(lease.clone());
     loop {
         let (children, watcher) = match request.wait {
@@ -133,7 +134,7 @@ async fn gate_without_waiting(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let gate = create_node(client, gate_dir, LOCK, request.data).await?;
+    let gate = create_node(client, gate_dir, LOCK, request.data, request.acls).await?;
     observer.queued(&gate);
     owned.push(gate.clone());
     loop {
@@ -156,7 +157,7 @@ async fn gate_without_waiting(
             // No lease was ever created, or the empty container was reaped:
             // create it, so that the child watch can be set.
             Err(zk::Error::NoNode) => {
-                create_ancestors(client, leases).await?;
+                create_ancestors(client, leases, request.acls).await?;
                 continue;
             }
             Err(err) => return Err(err).context("listing the semaphore's leases"),
@@ -177,20 +178,27 @@ async fn gate_without_waiting(
 
 /// Makes `dir` a semaphore of `limit` (its data), or checks that it is one.
 /// A path in use as a plain lock, or a semaphore of another limit, is refused.
-async fn claim_semaphore(client: &zk::Client, dir: &str, limit: u32) -> Result<()> {
+async fn claim_semaphore(
+    client: &zk::Client,
+    dir: &str,
+    limit: u32,
+    acls: &[zk::Acl],
+) -> Result<()> {
     let wanted = recipe::encode_limit(limit);
     loop {
-        match create_dir(client, dir, &wanted).await {
+        match create_dir(client, dir, &wanted, acls).await {
             Ok(()) => return Ok(()),
             Err(zk::Error::NodeExists) => {}
             Err(zk::Error::NoNode) if parent(dir) == "/" => {
                 bail!("cannot create {dir}: the chroot given with -z does not exist");
             }
             Err(zk::Error::NoNode) => {
-                create_ancestors(client, parent(dir)).await?;
+                create_ancestors(client, parent(dir), acls).await?;
                 continue;
             }
-            Err(err) => return Err(err).context(format!("creating {dir}")),
+            Err(err) => {
+                return Err(denied(err, parent(dir), "CREATE")).context(format!("creating {dir}"));
+            }
         }
         let (data, stat) = match retrying(|| client.get_data(dir)).await {
             Err(zk::Error::NoNode) => continue, // an empty container, just reaped

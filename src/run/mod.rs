@@ -24,7 +24,7 @@ use crate::lock::holder::OwnData;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
-use crate::session::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
+use crate::session::{Session, Settings, connection_timeout_for, is_session_lost};
 
 pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
@@ -49,7 +49,9 @@ struct Plan<'a> {
     paths: Vec<&'a str>,
     order: Vec<&'a str>,
     kind: LockKind,
-    connect: ConnectOptions,
+    connect: Settings,
+    /// The ACL of every node we create.
+    acls: Vec<zookeeper_client::Acl>,
     wait: bool,
     /// What our nodes say about us (holder.rs), and the data they are
     /// created with.
@@ -64,6 +66,7 @@ impl<'a> Plan<'a> {
         let paths = args.lock_paths().map_err(Failure::usage)?;
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
+        let connect = Settings::resolve(&args.connection.given()).map_err(Failure::usage)?;
         let own = OwnData::new(&argv, args.label.as_deref());
         let plan = Plan {
             args,
@@ -73,11 +76,8 @@ impl<'a> Plan<'a> {
             order: acquisition_order(&paths),
             paths,
             kind: args.lock_kind(),
-            connect: ConnectOptions {
-                hosts: args.connection.hosts.clone(),
-                session_timeout: args.connection.session_timeout.0,
-                connect_timeout: args.connection.connect_timeout.0,
-            },
+            acls: connect.acl.to_zk(),
+            connect,
             wait: args.wait_limit() != Some(Duration::ZERO),
             report: Report(args.verbosity()),
         };
@@ -99,6 +99,11 @@ impl<'a> Plan<'a> {
             connection_timeout: connection_timeout_for(session_timeout),
             kill_after: self.args.kill_after.map_or(Duration::ZERO, |k| k.0),
             on_disconnect: self.args.on_disconnect,
+            poll_nodes: self
+                .connect
+                .sasl
+                .is_some()
+                .then(|| connection_timeout_for(session_timeout) / 2),
         };
         match self.args.kill_after {
             Some(_) => policy.check().map(|()| policy),
@@ -183,7 +188,7 @@ async fn run_command(
 ) -> Result<(Exit, bool)> {
     let child = Child::spawn(&plan.argv, env)?;
     let reattach = lease::Reattach {
-        hosts: plan.connect.hosts.connect_string().to_owned(),
+        settings: plan.connect.clone(),
         session: session.client().session().clone(),
     };
     // One write per node, sent now that the command runs (never before: it
@@ -354,6 +359,10 @@ async fn connect(
         session.id(),
         humantime::format_duration(session.timeout())
     ));
+    if let Err(err) = session.check_acl(&plan.connect).await {
+        let _ = session.close(&[]).await;
+        return Err(err);
+    }
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
@@ -402,6 +411,7 @@ async fn acquire_all(
             kind: plan.kind,
             data: &plan.data,
             wait: plan.wait,
+            acls: &plan.acls,
         };
         last = acquire::acquire(&request, owned, observer).await?;
         match &mut last {

@@ -1,6 +1,14 @@
 //! The ZooKeeper session: connecting within a deadline, classifying errors,
 //! and shutting down in the order that frees our node at once.
 
+pub mod acl;
+pub mod config;
+#[cfg(feature = "kerberos")]
+pub mod kerberos_check;
+pub mod secret;
+pub mod settings;
+pub mod tls_check;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -10,7 +18,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::exit::{ErrorKind, Failure};
-use crate::values::HostList;
+pub use crate::session::settings::Settings;
 
 /// How long to wait for the server to confirm the end of the session. The
 /// server deletes our ephemerals when it processes the close, so this wait is
@@ -42,10 +50,16 @@ pub fn is_connection_loss(err: &zk::Error) -> bool {
 
 /// True when the session is gone for good: our ephemerals are (or soon will
 /// be) deleted by the ensemble, and only a new session can continue.
+/// AuthFailed on a session that had authenticated is one: with SASL,
+/// zookeeper-client 0.11.2 re-registers watches before SASL has finished on
+/// a new connection, and a server enforcing authentication ends the session.
 pub fn is_session_lost(err: &zk::Error) -> bool {
     matches!(
         err,
-        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved
+        zk::Error::SessionExpired
+            | zk::Error::ClientClosed
+            | zk::Error::SessionMoved
+            | zk::Error::AuthFailed
     )
 }
 
@@ -114,11 +128,29 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         .block_on(future)
 }
 
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    pub hosts: HostList,
-    pub session_timeout: Duration,
-    pub connect_timeout: Duration,
+/// Resolves with what is wrong with the certificates or the Kerberos
+/// ticket if connecting has not succeeded within `after`; never resolves
+/// otherwise (the library retries both kinds of failure silently).
+async fn credential_problem(settings: &Settings, after: Duration) -> String {
+    if settings.tls_pem.is_none() && !settings.uses_kerberos() {
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(after).await;
+    let settings = settings.clone();
+    let check = tokio::task::spawn_blocking(move || {
+        let hosts = settings.hosts.connect_string();
+        if let Some(pem) = &settings.tls_pem {
+            if let Some(problem) = tls_check::diagnose(pem, hosts, after) {
+                return Some(problem);
+            }
+        }
+        settings.kerberos_problem()
+    })
+    .await;
+    if let Ok(Some(problem)) = check {
+        return problem;
+    }
+    std::future::pending().await
 }
 
 /// A live session. It owns the only [`zk::Client`]; everything else borrows
@@ -132,18 +164,22 @@ pub struct Session {
 
 impl Session {
     /// Connects, retrying until `connect_timeout` has passed.
-    pub async fn connect(options: &ConnectOptions) -> Result<Session> {
+    pub async fn connect(options: &Settings) -> Result<Session> {
         let deadline = Instant::now() + options.connect_timeout;
         let connection_timeout = connection_timeout_for(options.session_timeout);
         let hosts = options.hosts.connect_string();
         let mut last_error = None;
+        let tls_problem = credential_problem(options, connection_timeout);
+        tokio::pin!(tls_problem);
         while Instant::now() < deadline {
-            let connecting = zk::Client::connector()
-                .with_session_timeout(options.session_timeout)
-                .with_connection_timeout(connection_timeout)
-                .with_readonly(false)
-                .connect(hosts);
-            match tokio::time::timeout_at(deadline, connecting).await {
+            let connecting = options.open(options.connector());
+            let attempt = tokio::select! {
+                attempt = tokio::time::timeout_at(deadline, connecting) => attempt,
+                problem = &mut tls_problem => {
+                    return Err(Failure::new(ErrorKind::NoPermission, problem).into());
+                }
+            };
+            match attempt {
                 Ok(Ok(client)) => {
                     let states = client.state_watcher();
                     return Ok(Session {
@@ -155,7 +191,10 @@ impl Session {
                 Ok(Err(zk::Error::AuthFailed)) => {
                     return Err(Failure::new(
                         ErrorKind::NoPermission,
-                        format!("authentication failed at {hosts}"),
+                        format!(
+                            "authentication failed at {hosts} ({})",
+                            options.credentials()
+                        ),
                     )
                     .into());
                 }
@@ -194,6 +233,26 @@ impl Session {
 
     pub fn id(&self) -> i64 {
         self.client.session_id().0
+    }
+
+    /// Refuses (usage error) an ACL under which contenders of our identity
+    /// could not queue. The identities are the server's own view (whoami,
+    /// ZooKeeper 3.7+): an x509 subject or a digest hash is spelled exactly
+    /// as the server compares it. Servers without whoami skip the check.
+    pub async fn check_acl(&self, settings: &Settings) -> Result<()> {
+        if !settings.acl.explicit {
+            return Ok(());
+        }
+        let users = match retrying(|| self.client.list_auth_users()).await {
+            Ok(users) => users,
+            Err(zk::Error::Unimplemented) => return Ok(()),
+            Err(err) => return Err(err).context("asking the server who we are (whoami)"),
+        };
+        let identities: Vec<(String, String)> = users
+            .iter()
+            .map(|u| (u.scheme().to_owned(), u.user().to_owned()))
+            .collect();
+        settings.acl.check(&identities).map_err(Failure::usage)
     }
 
     /// Deletes `nodes` (last first), waiting for the server's answers, within

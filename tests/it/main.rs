@@ -25,7 +25,10 @@ mod multi_path;
 mod operator;
 mod reentrant;
 mod run_basics;
+mod secure;
 mod secure_harness_selftest;
+#[cfg(feature = "kerberos")]
+mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;

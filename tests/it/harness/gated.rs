@@ -62,6 +62,13 @@ impl Gated {
         self.zklock.try_wait().expect("try_wait")
     }
 
+    /// The pid of the gated command's shell (zklock's child), once started.
+    pub fn command_pid(&self) -> u32 {
+        assert!(wait_for_file(self.file("pid"), LONG), "command not started");
+        let text = std::fs::read_to_string(self.file("pid")).expect("read pid file");
+        text.trim().parse().expect("a pid")
+    }
+
     pub fn started(&self) -> bool {
         self.file("pid").exists()
     }

@@ -1,0 +1,328 @@
+//! The ACL of the nodes zklock creates: zkCli's `scheme:id:perms` syntax,
+//! the `creator` and `open` shorthands, the default, and the check that
+//! contenders of our own identity can still queue under it.
+
+use zookeeper_client as zk;
+
+/// `creator`: all permissions for the identities the session authenticated
+/// as (ZooKeeper's `auth` scheme, `Acls::creator_all()`).
+pub const CREATOR: &str = "creator";
+/// `open`: all permissions for everyone (zklock's behaviour without
+/// credentials).
+pub const OPEN: &str = "open";
+
+/// What a contender must be able to do on a lock's parent: list it, create
+/// its node in it and delete that node again.
+const NEEDED: [(i32, &str); 3] = [(1, "READ"), (4, "CREATE"), (8, "DELETE")];
+
+/// One ACL entry as given: `scheme:id:perms`, or a shorthand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclEntry {
+    pub scheme: String,
+    pub id: String,
+    /// ZooKeeper's bit set: r=1 w=2 c=4 d=8 a=16.
+    pub perms: i32,
+}
+
+/// Parses one `--acl` value into its entries (`creator` and `open` stand for
+/// one entry each).
+pub fn parse(text: &str) -> Result<Vec<AclEntry>, String> {
+    let text = text.trim();
+    match text {
+        CREATOR => return Ok(vec![entry("auth", "", 31)]),
+        OPEN => return Ok(vec![entry("world", "anyone", 31)]),
+        _ => {}
+    }
+    let bad = || {
+        format!(
+            "bad ACL `{text}`: expected scheme:id:perms (e.g. sasl:backup:cdrwa, \
+             world:anyone:r), `creator` or `open`"
+        )
+    };
+    // The id may itself contain colons (digest's user:hash, IPv6 addresses).
+    let (scheme, rest) = text.split_once(':').ok_or_else(bad)?;
+    let (id, perms) = rest.rsplit_once(':').ok_or_else(bad)?;
+    if scheme.is_empty() || !scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(bad());
+    }
+    let perms = parse_perms(perms).map_err(|why| format!("bad ACL `{text}`: {why}"))?;
+    match (scheme, id) {
+        ("world", "anyone") | ("auth", _) => {}
+        ("world", _) => {
+            return Err(format!(
+                "bad ACL `{text}`: the world scheme's only id is anyone"
+            ));
+        }
+        (_, "") => return Err(format!("bad ACL `{text}`: the {scheme} scheme needs an id")),
+        ("digest", id) if !id.contains(':') => {
+            return Err(format!(
+                "bad ACL `{text}`: a digest id is user:base64(sha1(user:password)), as zkCli takes it"
+            ));
+        }
+        _ => {}
+    }
+    Ok(vec![entry(scheme, id, perms)])
+}
+
+fn entry(scheme: &str, id: &str, perms: i32) -> AclEntry {
+    AclEntry {
+        scheme: scheme.to_owned(),
+        id: id.to_owned(),
+        perms,
+    }
+}
+
+/// `cdrwa` in any order and subset, as zkCli takes it.
+fn parse_perms(text: &str) -> Result<i32, String> {
+    if text.is_empty() {
+        return Err("no permissions given (use letters of cdrwa)".into());
+    }
+    let mut perms = 0;
+    for c in text.chars() {
+        perms |= match c {
+            'r' => 1,
+            'w' => 2,
+            'c' => 4,
+            'd' => 8,
+            'a' => 16,
+            other => {
+                return Err(format!(
+                    "unknown permission `{other}` (use letters of cdrwa)"
+                ));
+            }
+        };
+    }
+    Ok(perms)
+}
+
+/// The ACL zklock applies to every node it creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclPolicy {
+    pub entries: Vec<AclEntry>,
+    /// Given by the user (flag, environment, config), as opposed to the default.
+    pub explicit: bool,
+}
+
+impl AclPolicy {
+    /// The default: with credentials, all permissions for the authenticated
+    /// identities and read for everyone (holders stay visible to operators);
+    /// without, open as before.
+    pub fn default_for(authenticated: bool) -> AclPolicy {
+        let entries = if authenticated {
+            vec![entry("auth", "", 31), entry("world", "anyone", 1)]
+        } else {
+            vec![entry("world", "anyone", 31)]
+        };
+        AclPolicy {
+            entries,
+            explicit: false,
+        }
+    }
+
+    /// Parses the `--acl` values given (one or more each); duplicates are
+    /// merged by ZooKeeper, so they are kept as given.
+    pub fn parse_all<S: AsRef<str>>(values: &[S]) -> Result<AclPolicy, String> {
+        let mut entries = Vec::new();
+        for value in values {
+            entries.extend(parse(value.as_ref())?);
+        }
+        Ok(AclPolicy {
+            entries,
+            explicit: true,
+        })
+    }
+
+    /// Whether the policy grants something to the session's authenticated
+    /// identities (which need credentials to exist).
+    pub fn uses_creator(&self) -> bool {
+        self.entries.iter().any(|e| e.scheme == "auth")
+    }
+
+    pub fn to_zk(&self) -> Vec<zk::Acl> {
+        self.entries
+            .iter()
+            .map(|e| {
+                let perms = [
+                    (1, zk::Permission::READ),
+                    (2, zk::Permission::WRITE),
+                    (4, zk::Permission::CREATE),
+                    (8, zk::Permission::DELETE),
+                    (16, zk::Permission::ADMIN),
+                ]
+                .into_iter()
+                .filter(|(bit, _)| e.perms & bit != 0)
+                .fold(zk::Permission::NONE, |all, (_, p)| all | p);
+                zk::Acl::new(perms, zk::AuthId::new(&e.scheme, &e.id))
+            })
+            .collect()
+    }
+
+    /// Refuses a policy under which a contender with our `identities` (as
+    /// the server reports them: `(scheme, id)`, e.g. `("sasl", "backup")`,
+    /// `("ip", "127.0.0.1")`) could not list the lock's parent, create its
+    /// node in it or delete that node: other contenders of the same identity
+    /// could not queue behind us.
+    pub fn check(&self, identities: &[(String, String)]) -> Result<(), String> {
+        let authenticated = identities
+            .iter()
+            .any(|(scheme, _)| scheme != "ip" && scheme != "world");
+        let ours = |e: &AclEntry| match e.scheme.as_str() {
+            "world" => true,
+            "auth" => authenticated,
+            scheme => identities.iter().any(|(s, id)| s == scheme && *id == e.id),
+        };
+        if self.uses_creator() && !authenticated {
+            return Err(format!(
+                "the ACL `{}` grants permissions to the authenticated identities, but this \
+                 session has none; give credentials or another --acl",
+                self.describe()
+            ));
+        }
+        let granted = self
+            .entries
+            .iter()
+            .filter(|e| ours(e))
+            .fold(0, |all, e| all | e.perms);
+        let missing: Vec<&str> = NEEDED
+            .iter()
+            .filter(|(bit, _)| granted & bit == 0)
+            .map(|(_, name)| *name)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let who = identities
+            .iter()
+            .map(|(s, id)| format!("{s}:{id}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(format!(
+            "the ACL `{}` denies {} to this session's identity ({who}), so other contenders \
+             of the same identity could not queue; a contender needs READ, CREATE and DELETE",
+            self.describe(),
+            missing.join(", ")
+        ))
+    }
+
+    /// The policy in zkCli's syntax, for messages.
+    pub fn describe(&self) -> String {
+        self.entries
+            .iter()
+            .map(|e| {
+                let perms: String = "cdrwa"
+                    .chars()
+                    .zip([4, 8, 1, 2, 16])
+                    .filter(|(_, bit)| e.perms & bit != 0)
+                    .map(|(c, _)| c)
+                    .collect();
+                if e.scheme == "auth" && e.perms == 31 {
+                    CREATOR.to_owned()
+                } else {
+                    format!("{}:{}:{perms}", e.scheme, e.id)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(s, i)| (s.to_string(), i.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_zkcli_syntax_and_shorthands() {
+        assert_eq!(
+            parse("sasl:backup:cdrwa").unwrap(),
+            [entry("sasl", "backup", 31)]
+        );
+        assert_eq!(
+            parse("world:anyone:r").unwrap(),
+            [entry("world", "anyone", 1)]
+        );
+        assert_eq!(
+            parse("digest:alice:Xy+z/0=:rcd").unwrap(),
+            [entry("digest", "alice:Xy+z/0=", 13)]
+        );
+        assert_eq!(
+            parse("x509:CN=client,O=Test:cdr").unwrap(),
+            [entry("x509", "CN=client,O=Test", 13)]
+        );
+        assert_eq!(parse("ip:::1:r").unwrap(), [entry("ip", "::1", 1)]);
+        assert_eq!(parse("creator").unwrap(), [entry("auth", "", 31)]);
+        assert_eq!(parse("open").unwrap(), [entry("world", "anyone", 31)]);
+        assert_eq!(parse("auth::cdr").unwrap(), [entry("auth", "", 13)]);
+    }
+
+    #[test]
+    fn refuses_malformed_entries_with_a_reason() {
+        for (bad, why) in [
+            ("sasl", "expected scheme:id:perms"),
+            ("sasl:backup", "expected scheme:id:perms"),
+            ("sasl:backup:", "no permissions"),
+            ("sasl:backup:rwx", "unknown permission `x`"),
+            ("world:everyone:r", "only id is anyone"),
+            ("sasl::r", "needs an id"),
+            ("digest:alice:r", "user:base64"),
+            (":x:r", "expected scheme:id:perms"),
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn defaults_depend_on_credentials() {
+        assert_eq!(
+            AclPolicy::default_for(false).describe(),
+            "world:anyone:cdrwa"
+        );
+        assert_eq!(
+            AclPolicy::default_for(true).describe(),
+            "creator,world:anyone:r"
+        );
+        assert!(!AclPolicy::default_for(true).explicit);
+        let zk = AclPolicy::default_for(true).to_zk();
+        assert_eq!(zk[0].scheme(), "auth");
+        assert_eq!(zk[0].permission(), zk::Permission::ALL);
+        assert_eq!(zk[1].permission(), zk::Permission::READ);
+    }
+
+    #[test]
+    fn check_needs_read_create_delete_for_our_identity() {
+        let sasl = ids(&[("ip", "127.0.0.1"), ("sasl", "backup")]);
+        let anon = ids(&[("ip", "127.0.0.1")]);
+        let policy = |v: &[&str]| AclPolicy::parse_all(v).unwrap();
+        assert!(policy(&["creator"]).check(&sasl).is_ok());
+        assert!(policy(&["open"]).check(&anon).is_ok());
+        assert!(
+            policy(&["sasl:backup:cdrwa", "world:anyone:r"])
+                .check(&sasl)
+                .is_ok()
+        );
+        // Permissions add up over the entries that match us.
+        assert!(
+            policy(&["sasl:backup:cd", "world:anyone:r"])
+                .check(&sasl)
+                .is_ok()
+        );
+        assert!(policy(&["ip:127.0.0.1:rcd"]).check(&anon).is_ok());
+        let err = policy(&["sasl:other:cdrwa", "world:anyone:r"])
+            .check(&sasl)
+            .unwrap_err();
+        assert!(err.contains("denies CREATE, DELETE"), "{err}");
+        assert!(err.contains("sasl:backup"), "{err}");
+        let err = policy(&["sasl:backup:cdwa"]).check(&sasl).unwrap_err();
+        assert!(err.contains("denies READ to"), "{err}");
+        let err = policy(&["creator"]).check(&anon).unwrap_err();
+        assert!(err.contains("has none"), "{err}");
+        assert!(AclPolicy::default_for(true).check(&sasl).is_ok());
+        assert!(AclPolicy::default_for(false).check(&anon).is_ok());
+    }
+}

@@ -1,0 +1,589 @@
+//! Secure ensembles: TLS, SASL DIGEST-MD5, digest auth, ACLs on our nodes, the
+//! config file and secrets (issue 10), against the harness's secure servers.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    ClientSecurity, Ensemble, FaultProxy, Gated, Inspector, Mode, Outcome, SASL_PASSWORD,
+    SASL_USER, Security, ServerOptions, TempDir, ZkServer, assert_no_nodes, pki, run_bounded,
+    shared_server, unique_path, zklock_run,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn secure_server(security: Security) -> ZkServer {
+    ZkServer::start_with(ServerOptions {
+        security,
+        ..ServerOptions::default()
+    })
+}
+
+/// One TLS server (clientAuth=need) shared by the TLS tests of this process.
+fn tls_server() -> &'static ZkServer {
+    static SERVER: OnceLock<ZkServer> = OnceLock::new();
+    SERVER.get_or_init(|| secure_server(Security::tls()))
+}
+
+/// One SASL DIGEST-MD5 server enforcing `sasl`.
+fn sasl_server() -> &'static ZkServer {
+    static SERVER: OnceLock<ZkServer> = OnceLock::new();
+    SERVER.get_or_init(|| secure_server(Security::sasl_digest()))
+}
+
+/// `zklock run` over mutual TLS with the test PKI.
+fn tls_run(path: &str) -> Command {
+    let mut cmd = zklock_run(&tls_server().connect_string(), path);
+    let pki = pki();
+    cmd.arg("--tls-ca").arg(&pki.ca);
+    cmd.arg("--tls-cert").arg(&pki.client.cert);
+    cmd.arg("--tls-key").arg(&pki.client.key);
+    cmd
+}
+
+fn sasl_run(path: &str, password: &str) -> Command {
+    let mut cmd = zklock_run(&sasl_server().connect_string(), path);
+    cmd.args(["--sasl-user", SASL_USER, "--connect-timeout", "5s"]);
+    cmd.env("ZKLOCK_PASSWORD", password);
+    cmd
+}
+
+fn finish(cmd: &mut Command) -> Outcome {
+    cmd.args(["--", "true"]);
+    run_bounded(cmd, LONG)
+}
+
+#[test]
+fn secure_tls_excludes_and_leaves_nothing() {
+    let path = unique_path("tls-excl");
+    let holder = Gated::start(tls_run(&path));
+    let mut contender = tls_run(&path);
+    contender.arg("--no-wait");
+    finish(&mut contender).assert_code(75);
+    assert!(holder.finish().success());
+    let zk = Inspector::connect_secure(&tls_server().connect_string(), &ClientSecurity::tls());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn secure_tls_certificate_problems_exit_77_saying_which() {
+    let pki = pki();
+    let connect = tls_server().connect_string();
+    let cases: Vec<(&str, Vec<&Path>, &str)> = vec![
+        // No client certificate for a server with clientAuth=need.
+        (
+            "no client cert",
+            vec![&pki.ca],
+            "wants a client certificate",
+        ),
+        // The server's certificate is from a CA we do not trust.
+        (
+            "unknown server CA",
+            vec![&pki.other_ca, &pki.client.cert, &pki.client.key],
+            "not signed by the CA",
+        ),
+        // Our certificate is from a CA the server does not trust.
+        (
+            "unknown client CA",
+            vec![
+                &pki.ca,
+                &pki.unknown_ca_client.cert,
+                &pki.unknown_ca_client.key,
+            ],
+            "does not accept the client certificate",
+        ),
+    ];
+    for (what, files, expected) in cases {
+        let mut cmd = zklock_run(&connect, &unique_path("tls-bad"));
+        for (flag, file) in ["--tls-ca", "--tls-cert", "--tls-key"].iter().zip(files) {
+            cmd.arg(flag).arg(file);
+        }
+        let out = finish(&mut cmd);
+        out.assert_code(77);
+        let line = out.one_error_line();
+        assert!(line.contains(expected), "{what}: {line}");
+    }
+}
+
+#[test]
+fn secure_tls_name_mismatch_and_expiry_exit_77() {
+    use crate::harness::{ClientAuth, ServerCert};
+    for (cert, expected) in [
+        (ServerCert::WrongName, "not valid for the name 127.0.0.1"),
+        (ServerCert::Expired, "expired"),
+    ] {
+        let server = secure_server(Security::tls_with(ClientAuth::Need, cert));
+        let pki = pki();
+        let mut cmd = zklock_run(&server.connect_string(), &unique_path("tls-name"));
+        cmd.arg("--tls-ca").arg(&pki.ca);
+        cmd.arg("--tls-cert").arg(&pki.client.cert);
+        cmd.arg("--tls-key").arg(&pki.client.key);
+        let out = finish(&mut cmd);
+        out.assert_code(77);
+        assert!(out.one_error_line().contains(expected), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn secure_missing_credential_files_exit_64_naming_them() {
+    let scratch = TempDir::new();
+    let missing = scratch.path().join("nowhere.pem");
+    for flags in [
+        vec!["--tls-ca"],
+        vec!["--sasl-user", "u", "--password-file"],
+    ] {
+        let mut cmd = zklock_run("127.0.0.1:1", "/it/x");
+        cmd.args(&flags).arg(&missing);
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        assert!(
+            out.one_error_line().contains(&*missing.to_string_lossy()),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn secure_sasl_right_password_runs_wrong_one_exits_77() {
+    let path = unique_path("sasl");
+    finish(&mut sasl_run(&path, SASL_PASSWORD)).assert_code(0);
+
+    let out = finish(&mut sasl_run(&path, "wrong-password"));
+    out.assert_code(77);
+    let line = out.one_error_line();
+    assert!(
+        line.contains("DIGEST-MD5") && line.contains(SASL_USER),
+        "{line}"
+    );
+    assert!(!line.contains("wrong-password"), "{line}");
+
+    // enforce.auth: no credentials at all.
+    let out = finish(&mut zklock_run(&sasl_server().connect_string(), &path));
+    out.assert_code(77);
+    out.one_error_line();
+}
+
+#[test]
+fn secure_sasl_lock_nodes_get_the_default_acl() {
+    let path = unique_path("sasl-acl");
+    let holder = Gated::start(sasl_run(&path, SASL_PASSWORD));
+    let zk = Inspector::connect_secure(
+        &sasl_server().connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let (acl, _) = zk
+        .run(zk.client().get_acl(&node))
+        .expect("get_acl of our node");
+    let acl: Vec<String> = acl
+        .iter()
+        .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
+        .collect();
+    assert_eq!(acl.len(), 2, "{acl:?}");
+    assert!(acl[0].starts_with(&format!("sasl:{SASL_USER}:")), "{acl:?}");
+    assert!(acl[1].starts_with("world:anyone:"), "{acl:?}");
+    assert!(holder.finish().success());
+}
+
+#[test]
+fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
+    let connect = shared_server().connect_string();
+    let path = unique_path("digest-acl");
+    let digest_run = || {
+        let mut cmd = zklock_run(&connect, &path);
+        cmd.args(["--digest-user", "alice", "--acl", "creator"]);
+        cmd.env("ZKLOCK_PASSWORD", "alice-secret");
+        cmd
+    };
+    let holder = Gated::start(digest_run());
+    assert!(
+        !holder.env().contains_key("ZKLOCK_PASSWORD"),
+        "the command got zklock's password"
+    );
+    let bob = Inspector::connect_secure(&connect, &ClientSecurity::digest("bob", "bob-secret"));
+    let nodes = bob.try_children(&path);
+    assert!(
+        matches!(nodes, Err(zookeeper_client::Error::NoAuth)),
+        "another identity could list: {nodes:?}"
+    );
+    let alice =
+        Inspector::connect_secure(&connect, &ClientSecurity::digest("alice", "alice-secret"));
+    let node = format!("{path}/{}", alice.children(&path)[0]);
+    let deleted = bob.run(bob.client().delete(&node, None));
+    assert!(
+        matches!(deleted, Err(zookeeper_client::Error::NoAuth)),
+        "{deleted:?}"
+    );
+    // The same identity queues behind the holder and takes the lock after it.
+    let mut second = Gated::spawn(digest_run());
+    crate::harness::wait_until(LONG, "the second contender queues", || {
+        alice.children(&path).len() == 2
+    });
+    assert!(holder.finish().success());
+    second.wait_started(LONG);
+    assert!(second.finish().success());
+    assert_no_nodes(&alice, &path);
+}
+
+#[test]
+fn secure_acl_that_would_shut_us_out_exits_64() {
+    let mut cmd = zklock_run(&shared_server().connect_string(), &unique_path("acl-bad"));
+    cmd.args(["--digest-user", "alice", "--acl", "digest:bob:AAAA:cdrwa"]);
+    cmd.env("ZKLOCK_PASSWORD", "alice-secret");
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains("could not queue"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A config file naming the shared server as `@it`.
+fn write_config(dir: &Path, extra: &str, mode: u32) -> std::path::PathBuf {
+    let file = dir.join("config.toml");
+    let text = format!(
+        "[ensembles.it]\nhosts = \"{}\"\n{extra}",
+        shared_server().connect_string()
+    );
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    file
+}
+
+#[test]
+fn secure_config_file_lookup_and_named_ensembles() {
+    let scratch = TempDir::new();
+    let path = unique_path("config");
+    // --config FILE, -z @name.
+    let file = write_config(scratch.path(), "", 0o644);
+    let mut cmd = zklock_run("@it", &path);
+    cmd.arg("--config").arg(&file);
+    finish(&mut cmd).assert_code(0);
+    // $ZKLOCK_CONFIG and the file's default ensemble.
+    std::fs::write(
+        &file,
+        format!(
+            "default = \"it\"\n[ensembles.it]\nhosts = \"{}\"\n",
+            shared_server().connect_string()
+        ),
+    )
+    .unwrap();
+    let mut cmd = crate::harness::zklock();
+    cmd.args(["run", &path]).env("ZKLOCK_CONFIG", &file);
+    finish(&mut cmd).assert_code(0);
+    // $XDG_CONFIG_HOME/zklock/config.toml, then ~/.config/zklock/config.toml.
+    let xdg = scratch.path().join("xdg");
+    std::fs::create_dir_all(xdg.join("zklock")).unwrap();
+    std::fs::copy(&file, xdg.join("zklock/config.toml")).unwrap();
+    let mut cmd = crate::harness::zklock();
+    cmd.args(["run", &path]).env("XDG_CONFIG_HOME", &xdg);
+    finish(&mut cmd).assert_code(0);
+    let home = scratch.path().join("home");
+    std::fs::create_dir_all(home.join(".config/zklock")).unwrap();
+    std::fs::copy(&file, home.join(".config/zklock/config.toml")).unwrap();
+    let mut cmd = crate::harness::zklock();
+    cmd.args(["run", &path])
+        .env_remove("XDG_CONFIG_HOME")
+        .env("HOME", &home);
+    finish(&mut cmd).assert_code(0);
+    // A flag beats the file: -z with an unreachable host fails (69) although the
+    // file's default ensemble is fine.
+    let mut cmd = zklock_run("127.0.0.1:1", &path);
+    cmd.arg("--config")
+        .arg(&file)
+        .args(["--connect-timeout", "1"]);
+    finish(&mut cmd).assert_code(69);
+}
+
+#[test]
+fn secure_config_errors_exit_64() {
+    let scratch = TempDir::new();
+    let file = write_config(scratch.path(), "tls-cafile = \"x\"\n", 0o600);
+    let mut cmd = zklock_run("@it", "/it/x");
+    cmd.arg("--config").arg(&file);
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    let line = out.one_error_line();
+    assert!(
+        line.contains(&format!("{}:3:", file.display())) && line.contains("tls-cafile"),
+        "{line}"
+    );
+
+    let file = write_config(
+        scratch.path(),
+        "digest-user = \"alice\"\npassword = \"alice-secret\"\n",
+        0o644,
+    );
+    let mut cmd = zklock_run("@it", "/it/x");
+    cmd.arg("--config").arg(&file);
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    let line = out.one_error_line();
+    assert!(line.contains("chmod 600"), "{line}");
+    assert!(!line.contains("alice-secret"), "{line}");
+
+    let mut cmd = zklock_run("@nope", "/it/x");
+    cmd.arg("--config").arg(&file);
+    finish(&mut cmd).assert_code(64);
+}
+
+#[test]
+fn secure_password_never_in_cmdline_or_verbose_output() {
+    let scratch = TempDir::new();
+    let secret = "pw-in-a-private-config";
+    let file = write_config(
+        scratch.path(),
+        &format!("digest-user = \"carol\"\npassword = \"{secret}\"\n"),
+        0o600,
+    );
+    let path = unique_path("secret");
+    let mut cmd = zklock_run("@it", &path);
+    cmd.arg("--config").arg(&file).arg("-v");
+    let holder = Gated::start(cmd);
+    let zklock_pid = parent_of_command(&holder);
+    let cmdline = std::fs::read(format!("/proc/{zklock_pid}/cmdline")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains(secret),
+        "the password is in zklock's command line"
+    );
+    assert!(holder.finish().success());
+
+    let mut cmd = zklock_run("@it", &path);
+    cmd.arg("--config").arg(&file).arg("-v");
+    let out = finish(&mut cmd);
+    out.assert_code(0);
+    assert!(!out.stderr.contains(secret) && !out.stdout.contains(secret));
+}
+
+/// The pid of zklock, the parent of the gated command's shell.
+fn parent_of_command(holder: &Gated) -> u32 {
+    let pid = holder.command_pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until `until`, checking all along that `node` stays ours (`owner`).
+fn node_kept_until(zk: &Inspector, node: &str, owner: i64, until: Instant) {
+    while Instant::now() < until {
+        let (_, stat) = zk
+            .get_data(node)
+            .unwrap_or_else(|| panic!("{node} vanished"));
+        assert_eq!(stat.ephemeral_owner, owner, "{node} changed owner");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn secure_sasl_outage_keeps_the_lock_and_the_identity() {
+    let server = sasl_server();
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("sasl-outage");
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args([
+        "--sasl-user",
+        SASL_USER,
+        "--session-timeout",
+        "4s",
+        "--kill-after",
+        "0.5s",
+    ]);
+    cmd.env("ZKLOCK_PASSWORD", SASL_PASSWORD);
+    let holder = Gated::start(cmd);
+    let zk = Inspector::connect_secure(
+        &server.connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let (_, stat) = zk.get_data(&node).expect("the holder's node");
+    let connections = proxy.connections();
+    proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
+    // Longer than the connection timeout (1 s): the client reconnects, and the
+    // server (enforcing SASL) takes it back only if SASL runs again.
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        cut + Duration::from_millis(1500),
+    );
+    proxy.set_mode(Mode::Pass);
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        cut + Duration::from_secs(5),
+    );
+    assert!(
+        proxy.connections() > connections,
+        "the holder never reconnected"
+    );
+    // Exit 0, not 76: the lock was never given up.
+    assert!(holder.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn secure_tls_ensemble_failover_keeps_the_lock() {
+    let mut ensemble = Ensemble::start_with(
+        3,
+        ServerOptions {
+            security: Security::tls(),
+            ..ServerOptions::default()
+        },
+    );
+    let connect = ensemble.connect_string();
+    let path = unique_path("tls-failover");
+    let pki = pki();
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.arg("--tls-ca").arg(&pki.ca);
+    cmd.arg("--tls-cert").arg(&pki.client.cert);
+    cmd.arg("--tls-key").arg(&pki.client.key);
+    cmd.args(["--session-timeout", "10s", "--kill-after", "1s"]);
+    let holder = Gated::start(cmd);
+    let leader = ensemble.leader();
+    ensemble.kill(leader);
+    let killed = Instant::now();
+    let survivors: Vec<String> = (0..3)
+        .filter(|&i| i != leader)
+        .map(|i| ensemble.member_connect_string(i))
+        .collect();
+    let zk = Inspector::connect_secure(&survivors.join(","), &ClientSecurity::tls());
+    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let (_, stat) = zk.get_data(&node).expect("the holder's node");
+    // Past the session timeout: a holder that had not come back would have lost it.
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        killed + Duration::from_millis(10_500),
+    );
+    assert!(holder.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn secure_sasl_outage_while_waiting_still_gets_the_lock() {
+    let server = sasl_server();
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("sasl-wait-outage");
+    let holder = Gated::start(sasl_run(&path, SASL_PASSWORD));
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args([
+        "--sasl-user",
+        SASL_USER,
+        "--session-timeout",
+        "4s",
+        "--kill-after",
+        "0.5s",
+    ]);
+    cmd.env("ZKLOCK_PASSWORD", SASL_PASSWORD);
+    let mut waiter = Gated::spawn(cmd);
+    let zk = Inspector::connect_secure(
+        &server.connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    crate::harness::wait_until(LONG, "the waiter queues", || zk.children(&path).len() == 2);
+    let connections = proxy.connections();
+    proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
+    crate::harness::wait_until(
+        LONG,
+        "the blackhole outlasts the connection timeout",
+        || cut.elapsed() > Duration::from_millis(1500),
+    );
+    proxy.set_mode(Mode::Pass);
+    crate::harness::wait_until(LONG, "the waiter reconnects", || {
+        proxy.connections() > connections
+    });
+    assert!(holder.finish().success());
+    waiter.wait_started(LONG);
+    assert!(waiter.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn secure_acl_denials_exit_77_naming_path_and_permission() {
+    use zookeeper_client as zk;
+    let connect = shared_server().connect_string();
+    // A lock directory that anyone may create and delete in but only its
+    // creator may list.
+    let admin = Inspector::connect_secure(&connect, &ClientSecurity::digest("admin", "admin-pw"));
+    let dir = unique_path("acl-deny");
+    admin.create_all(&dir);
+    admin.delete(&dir);
+    let acls = [
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("auth", "")),
+        zk::Acl::new(
+            zk::Permission::CREATE | zk::Permission::DELETE,
+            zk::AuthId::anyone(),
+        ),
+    ];
+    let mode = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acls));
+    admin
+        .run(admin.client().create(&dir, b"", &mode))
+        .expect("create the lock directory");
+    let out = finish(&mut zklock_run(&connect, &dir));
+    out.assert_code(77);
+    let line = out.one_error_line();
+    assert!(
+        line.contains(&format!("the ACL of {dir} denies READ")),
+        "{line}"
+    );
+    // Our node was created before the listing was denied: it is gone.
+    assert!(
+        admin.children(&dir).is_empty(),
+        "{:?}",
+        admin.children(&dir)
+    );
+
+    // A directory held under another identity's `creator` ACL: no CREATE.
+    let path = unique_path("acl-deny-create");
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.args(["--digest-user", "alice", "--acl", "creator"]);
+    cmd.env("ZKLOCK_PASSWORD", "alice-secret");
+    let holder = Gated::start(cmd);
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.args(["--digest-user", "bob"])
+        .env("ZKLOCK_PASSWORD", "bob-secret");
+    let out = finish(&mut cmd);
+    out.assert_code(77);
+    let line = out.one_error_line();
+    assert!(
+        line.contains(&format!("the ACL of {path} denies CREATE")),
+        "{line}"
+    );
+    assert!(holder.finish().success());
+}
+
+#[test]
+fn secure_tls_x509_acl_is_checked_against_our_subject() {
+    let dn = crate::harness::CLIENT_DN;
+    let mut ours = tls_run(&unique_path("tls-x509-acl"));
+    ours.args([
+        "--acl",
+        &format!("x509:{dn}:cdrwa"),
+        "--acl",
+        "world:anyone:r",
+    ]);
+    finish(&mut ours).assert_code(0);
+    let mut other = tls_run(&unique_path("tls-x509-acl"));
+    other.args(["--acl", "x509:CN=someone-else:cdrwa"]);
+    let out = finish(&mut other);
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains(&format!("x509:{dn}")),
+        "{}",
+        out.stderr
+    );
+}
