@@ -9,23 +9,24 @@
 //!
 //! How:
 //!
-//! * Before the command, zklock starts the keeper K; K makes a new process
-//!   group G whose id is K's pid, and the command joins G instead of making
-//!   its own. K holds the read end of a pipe whose write end only zklock
-//!   holds (close-on-exec: the command never has it). When zklock dies the
-//!   kernel closes it, K's read() returns EOF, and K sends SIGKILL to G.
+//! * Before the command, zklock starts the keeper K and makes it the leader
+//!   of a new process group G, whose id is K's pid; the command joins G
+//!   instead of making its own. K holds the read end of a pipe whose write
+//!   end only zklock holds (close-on-exec: the command never has it). When
+//!   zklock dies the kernel closes it, K's read() returns EOF, and K sends
+//!   SIGKILL to G.
 //! * G's id is K's pid, and only the process with that pid can create a
 //!   group with that id. So while K lives, G cannot be replaced by a
 //!   stranger's group, and K's kill(-G) can never hit a stranger, even once
-//!   G is empty. zklock reaps K only when it is done with G (or, as PID 1,
-//!   when waitpid(-1) finds it), so K's pid stays reserved for as long as
-//!   zklock itself might signal G too.
+//!   G is empty. zklock never reaps K (its zombie is left to init once
+//!   zklock exits; as PID 1, zklock notes when waitpid(-1) took it), so K's
+//!   pid stays reserved for as long as zklock itself might signal G too.
 //! * Once the command has joined G, zklock moves K out of G into zklock's
 //!   own group. Signals forwarded to G then never reach K (it blocks all
 //!   signals anyway, but SIGSTOP cannot be blocked), and "is the group
 //!   empty?" stays one kill(-G, 0) that fails with ESRCH, as before the
-//!   keeper: with K in G that check would need a scan of /proc on every
-//!   run, which costs more than a lock hand-off.
+//!   keeper: with K in G that check would need a scan of every process's
+//!   /proc stat file on every run, on the hand-off's path.
 //! * Starting K must stay off the hand-off's bill. A fork copies zklock's
 //!   page tables and then faults on every page either side writes (about
 //!   0.5 ms here, see spawn.rs). So K is a clone(CLONE_VM) child, without
@@ -45,7 +46,7 @@
 //! * zklock kills K when the group is empty (not waiting for it: K is
 //!   harmless then) or when the command could not be started.
 //!
-//! Alternatives measured or weighed: a forked keeper (the page-table copy on
+//! Alternatives weighed: a forked keeper (the page-table copy on
 //! every run); a keeper started by exec before the command (the exec on the
 //! hand-off path, and an exec'd K could not be moved out of G); K staying in
 //! G (a /proc scan per run); a keeper outside G that kills the command's
@@ -116,16 +117,19 @@ impl Keeper {
             }
             pid
         };
-        // K does this too; whichever runs first makes the group exist before
-        // the command joins it, as shells do for their jobs.
-        // SAFETY: setpgid on our own child that has not exec'd.
-        unsafe { libc::setpgid(pid, pid) };
         drop(read);
-        Ok(Keeper {
+        let keeper = Keeper {
             pid,
             write,
             reaped: false,
-        })
+        };
+        // Here, not in K: K may not have run yet when the command joins the
+        // group, nor when we move it out again (it would then come back).
+        // SAFETY: setpgid on our own child that has not exec'd.
+        if unsafe { libc::setpgid(pid, pid) } != 0 {
+            return Err(io::Error::last_os_error()); // dropping `keeper` kills K
+        }
+        Ok(keeper)
     }
 
     /// K's pid: the id of the command's process group.
@@ -169,7 +173,6 @@ extern "C" fn keeper_main(arg: *mut libc::c_void) -> libc::c_int {
     let [read, write] = unsafe { *arg.cast::<[libc::c_int; 2]>() };
     // SAFETY: raw system calls on K's own process state and descriptors.
     unsafe {
-        sys(libc::SYS_setpgid, 0, 0, 0);
         // Only zklock may hold the write end, or its death is not an EOF.
         sys(libc::SYS_close, write as usize, 0, 0);
         // Descriptor 0 becomes the read end, kept across exec; every other
