@@ -37,12 +37,15 @@
 //! * But a process sharing zklock's memory dies with zklock at the hands of
 //!   the OOM killer, which kills every process using the victim's memory. So
 //!   once zklock has moved it out of G (which the kernel allows only before
-//!   exec), K execs the zklock binary in a hidden mode that only waits for
-//!   EOF and kills G: it then has memory of its own. Until that exec is done
-//!   (about a millisecond after the command started), an OOM kill of zklock
-//!   takes K along, and only the command's parent-death signal remains; a
-//!   `kill -9` is covered from the start. If the exec fails (no /proc), K
-//!   keeps watching from the shared memory.
+//!   exec), and the command still runs 100 ms later, K execs the zklock
+//!   binary in a hidden mode that only waits for EOF and kills G: it then
+//!   has memory of its own. Until that exec is done (about 100 ms after the
+//!   command started), an OOM kill of zklock takes K along, and only the
+//!   command's parent-death signal remains; a `kill -9` is covered from the
+//!   start. The delay keeps the exec (about 0.3 ms of CPU) away from short
+//!   commands, which hand-offs are made of: without it the bench's hand-offs
+//!   got slower on a busy machine. If the exec fails (no /proc), K keeps
+//!   watching from the shared memory.
 //! * zklock kills K when the group is empty (not waiting for it: K is
 //!   harmless then) or when the command could not be started.
 //!
@@ -64,6 +67,12 @@ const NAME: &CStr = c"zklock-keeper";
 const EXE: &CStr = c"/proc/self/exe";
 
 const STACK_SIZE: usize = 16 * 1024;
+
+/// How long K waits, after the command started, before its exec. Short
+/// commands (the ones lock hand-offs are made of) end before it and never
+/// pay for the exec, whose CPU would otherwise compete with the next
+/// hand-off on a busy machine; for the rest it is the OOM window below.
+const EXEC_DELAY_NS: libc::c_long = 100_000_000;
 
 /// The keeper of one command's process group.
 pub struct Keeper {
@@ -210,7 +219,7 @@ fn watch(mut exec_on_byte: bool) -> ! {
         // SAFETY: reads at most one byte into a local.
         let n = unsafe { sys(libc::SYS_read, 0, (&raw mut byte) as usize, 1) };
         if n == 1 {
-            if exec_on_byte {
+            if exec_on_byte && !readable_within(EXEC_DELAY_NS) {
                 exec_on_byte = false;
                 let argv = [NAME.as_ptr(), HIDDEN_MODE_C.as_ptr(), std::ptr::null()];
                 let envp: [*const libc::c_char; 1] = [std::ptr::null()];
@@ -240,13 +249,46 @@ fn watch(mut exec_on_byte: bool) -> ! {
     unreachable!("exit_group returned")
 }
 
+/// Whether descriptor 0 becomes readable (EOF included) within `ns`.
+fn readable_within(ns: libc::c_long) -> bool {
+    let mut poll = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: ns,
+    };
+    // SAFETY: ppoll reads and writes the locals; no signal mask (null).
+    let n = unsafe {
+        sys4(
+            libc::SYS_ppoll,
+            (&raw mut poll) as usize,
+            1,
+            (&raw const timeout) as usize,
+            0,
+        )
+    };
+    n != 0
+}
+
+/// [`sys4`] with three arguments.
+///
+/// # Safety
+/// As for the system call made.
+unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+    // SAFETY: the caller vouches for the call.
+    unsafe { sys4(number, a, b, c, 0) }
+}
+
 /// A system call that returns -errno instead of writing errno: before its
 /// exec K shares our main thread's TLS, and with it errno.
 ///
 /// # Safety
 /// As for the system call made.
 #[cfg(target_arch = "x86_64")]
-unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+unsafe fn sys4(number: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     let ret: isize;
     // SAFETY: the x86_64 Linux system call convention; the caller vouches
     // for the call itself.
@@ -257,6 +299,7 @@ unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
             in("rdi") a,
             in("rsi") b,
             in("rdx") c,
+            in("r10") d,
             lateout("rcx") _,
             lateout("r11") _,
             options(nostack),
@@ -270,7 +313,7 @@ unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
 /// # Safety
 /// As for the system call made.
 #[cfg(target_arch = "aarch64")]
-unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+unsafe fn sys4(number: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     let ret: isize;
     // SAFETY: the aarch64 Linux system call convention; the caller vouches
     // for the call itself.
@@ -281,6 +324,7 @@ unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
             inlateout("x0") a as isize => ret,
             in("x1") b,
             in("x2") c,
+            in("x3") d,
             options(nostack),
         );
     }
@@ -295,9 +339,9 @@ unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
 /// # Safety
 /// As for the system call made.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-unsafe fn sys(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+unsafe fn sys4(number: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
     // SAFETY: the caller vouches for the call.
-    let ret = unsafe { libc::syscall(number, a, b, c) };
+    let ret = unsafe { libc::syscall(number, a, b, c, d) };
     if ret == -1 {
         // SAFETY: reading errno after a failed call.
         -(unsafe { *libc::__errno_location() } as isize)
