@@ -16,6 +16,16 @@
 //! the nanoseconds from just before the delete to the watcher's wake-up,
 //! one line each.
 //!
+//! `bench-floor HOSTS PREFIX --populate PATHS NODES` (the list scenario):
+//! creates PATHS lock directories `PREFIX/lock-I`, each with NODES
+//! Curator-named lock nodes holding zklock-like data, prints `ready`, and
+//! keeps them until stdin closes.
+//!
+//! `bench-floor HOSTS PREFIX --list` (the list scenario): what `zklock
+//! list PREFIX` reads, in one pass of the bare client with every request of
+//! a tree level in flight at once: the children of every node, then data
+//! and stat of every lock node.
+//!
 //! `bench-floor HOSTS PARENT CMD [ARGS...]` (scenario 2, hand-off): the
 //! bare lock recipe. Create the node; until no node precedes ours, watch the
 //! nearest preceding one (a data watch) and list again when it goes (unless
@@ -24,6 +34,7 @@
 // A benchmark tool, not zklock: plain println! and eprintln! are fine here.
 #![allow(clippy::print_stderr, clippy::print_stdout)]
 
+use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
@@ -39,6 +50,10 @@ async fn main() -> ExitCode {
         [hosts, parent] => uncontended(hosts, parent).await,
         [hosts, parent, flag, count] if flag == "--notify" => notify(hosts, parent, count).await,
         [hosts, _parent, flag] if flag == "--watch" => watch(hosts).await,
+        [hosts, prefix, flag] if flag == "--list" => list(hosts, prefix).await,
+        [hosts, prefix, flag, paths, nodes] if flag == "--populate" => {
+            populate(hosts, prefix, paths, nodes).await
+        }
         [hosts, parent, command @ ..] => queued(hosts, parent, command).await,
         _ => {
             eprintln!("usage: bench-floor HOSTS PARENT [--notify N | CMD [ARGS...]]");
@@ -175,6 +190,127 @@ async fn watch(hosts: &str) -> Result<()> {
         writeln!(stdout, "{}", monotonic_ns())?;
         stdout.flush()?;
     }
+    close(client).await;
+    Ok(())
+}
+
+type Call<T> = std::pin::Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Runs every future of `calls` at once on the client's connection.
+async fn all_at_once<T: Send + 'static>(calls: Vec<Call<T>>) -> Result<Vec<T>> {
+    let tasks: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        results.push(task.await?);
+    }
+    Ok(results)
+}
+
+async fn populate(hosts: &str, prefix: &str, paths: &str, nodes: &str) -> Result<()> {
+    let (paths, nodes): (usize, usize) = (paths.parse()?, nodes.parse()?);
+    let client = connect(hosts).await?;
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let mut dir = String::new();
+    for part in prefix.split('/').filter(|p| !p.is_empty()) {
+        dir.push('/');
+        dir.push_str(part);
+        match client.create(&dir, &[], &persistent).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let dirs: Vec<String> = (0..paths).map(|i| format!("{prefix}/lock-{i}")).collect();
+    let calls = dirs
+        .iter()
+        .map(|dir| {
+            let (client, dir) = (client.clone(), dir.clone());
+            Box::pin(async move {
+                let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                client.create(&dir, &[], &options).await.map(drop)
+            }) as Call<_>
+        })
+        .collect();
+    for result in all_at_once(calls).await? {
+        match result {
+            Ok(()) | Err(zk::Error::NodeExists) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    let data = br#"{"host":"bench-host","pid":4242,"zklock_pid":4240,"user":"bench","command":"/usr/local/bin/backup.sh --full","version":"0.1.0"}"#;
+    let calls = dirs
+        .iter()
+        .flat_map(|dir| {
+            (0..nodes).map(move |n| format!("{dir}/_c_{n:08}-0000-4000-8000-000000000000-lock-"))
+        })
+        .map(|prefix| {
+            let client = client.clone();
+            Box::pin(async move {
+                let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                client.create(&prefix, data, &options).await.map(drop)
+            }) as Call<std::result::Result<(), zk::Error>>
+        })
+        .collect();
+    for result in all_at_once(calls).await? {
+        result?;
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    for _ in std::io::stdin().lines() {}
+    close(client).await;
+    Ok(())
+}
+
+/// One multi-read per 100 paths, every batch in flight at once; the
+/// results in the order of `paths`.
+async fn multi_read(
+    client: &zk::Client,
+    paths: &[String],
+    children: bool,
+) -> Result<Vec<zk::MultiReadResult>> {
+    let mut batches = Vec::new();
+    for chunk in paths.chunks(100) {
+        let (client, chunk) = (client.clone(), chunk.to_vec());
+        batches.push(tokio::spawn(async move {
+            let mut reader = client.new_multi_reader();
+            for path in &chunk {
+                if children {
+                    reader.add_get_children(path)?;
+                } else {
+                    reader.add_get_data(path)?;
+                }
+            }
+            reader.commit().await
+        }));
+    }
+    let mut results = Vec::with_capacity(paths.len());
+    for batch in batches {
+        results.extend(batch.await??);
+    }
+    Ok(results)
+}
+
+async fn list(hosts: &str, prefix: &str) -> Result<()> {
+    let client = connect(hosts).await?;
+    let mut level = vec![prefix.to_owned()];
+    let mut lock_nodes = Vec::new();
+    while !level.is_empty() {
+        let mut next = Vec::new();
+        for (dir, listing) in level.iter().zip(multi_read(&client, &level, true).await?) {
+            let zk::MultiReadResult::Children { children } = listing else {
+                continue;
+            };
+            for child in children {
+                let path = format!("{}/{child}", dir.trim_end_matches('/'));
+                if child.contains("-lock-") {
+                    lock_nodes.push(path);
+                } else if !(dir == "/" && child == "zookeeper") {
+                    next.push(path);
+                }
+            }
+        }
+        level = next;
+    }
+    multi_read(&client, &lock_nodes, false).await?;
     close(client).await;
     Ok(())
 }

@@ -27,6 +27,11 @@ end
 complete -c zklock -n "__fish_zklock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_needs_command" -s V -l version -d 'Print version'
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "run" -d 'Take the lock at PATH, run the command, release the lock.'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "status" -d 'Show who holds each lock and who waits, in queue order.'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "list" -d 'List every lock under PREFIX (default /), recursively.'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "break" -d 'Delete the node of a lock\'s current holder (or the node named).'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "completions" -d 'Print the completion script for SHELL on stdout.'
+complete -c zklock -n "__fish_zklock_needs_command" -f -a "man" -d 'Print the man page of zklock, or of one subcommand, as roff.'
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s c -l command -d 'Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
@@ -35,7 +40,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l limit -d 'Let up to N commands hold PATH at once (a semaphore). N is recorded in PATH; every user of the path must ask for the same N' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s w -l timeout -d 'Give up if the lock is not acquired within DURATION (`30s`, `2m`, or a number of seconds such as `0.5`). Default: wait forever' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s E -l conflict-exit-code -d 'Exit status when the lock is not acquired (0-255)' -r
-complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION. Default: the largest value that fits the session the ensemble grants, at most 5s (`-v` says which). A value given here that does not fit is refused (exit 64)' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l on-disconnect -d 'What a lost connection means while the command runs: `lease` keeps it running while the session can still come back (until the lease deadline); `kill` treats any disconnection as losing the lock' -r -f -a "lease\t'Keep running until the lease deadline while the session reconnects'
 kill\t'Any disconnection loses the lock'"
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s x -l exclusive -d 'Take an exclusive lock (the default): no other holder of any kind'
@@ -46,5 +51,33 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -s v -l verbose -d 'R
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s q -l quiet -d 'Print errors only'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s V -l version -d 'Print version'
-complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "run" -d 'Take the lock at PATH, run the command, release the lock.'
-complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c zklock -n "__fish_zklock_using_subcommand status" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
+complete -c zklock -n "__fish_zklock_using_subcommand status" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
+complete -c zklock -n "__fish_zklock_using_subcommand status" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand status" -l json -d 'Print one JSON document instead of text (fields in the README)'
+complete -c zklock -n "__fish_zklock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_using_subcommand status" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_using_subcommand list" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
+complete -c zklock -n "__fish_zklock_using_subcommand list" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
+complete -c zklock -n "__fish_zklock_using_subcommand list" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand list" -l json -d 'Print one JSON document instead of text (fields in the README)'
+complete -c zklock -n "__fish_zklock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_using_subcommand list" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_using_subcommand break" -l node -d 'Delete this node of PATH (a name shown by `zklock status`) instead of the current holder\'s' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -s y -l yes -d 'Do not ask; required when stdin is not a terminal'
+complete -c zklock -n "__fish_zklock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_using_subcommand break" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c zklock -n "__fish_zklock_using_subcommand man" -s V -l version -d 'Print version'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "run" -d 'Take the lock at PATH, run the command, release the lock.'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "status" -d 'Show who holds each lock and who waits, in queue order.'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "list" -d 'List every lock under PREFIX (default /), recursively.'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "break" -d 'Delete the node of a lock\'s current holder (or the node named).'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "completions" -d 'Print the completion script for SHELL on stdout.'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "man" -d 'Print the man page of zklock, or of one subcommand, as roff.'
+complete -c zklock -n "__fish_zklock_using_subcommand help; and not __fish_seen_subcommand_from run status list break completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -30,6 +30,10 @@ pub enum Exit {
     NotExecutable,
     /// The command was not found.
     NotFound,
+    /// `zklock status`: a lock is held or has waiters.
+    Held,
+    /// `zklock break`: nothing was deleted (free, no such node, or no).
+    NotDeleted,
 }
 
 /// The documented default of `-E/--conflict-exit-code` (EX_TEMPFAIL).
@@ -48,6 +52,7 @@ impl Exit {
             Exit::Software => 70,
             Exit::NotExecutable => 126,
             Exit::NotFound => 127,
+            Exit::Held | Exit::NotDeleted => 1,
         }
     }
 

@@ -2,24 +2,32 @@
 
 // Layers, each importing only from the ones below it:
 //   cli                      the command-line model
-//   run                      one module per subcommand
+//   run, status, list,       one module per subcommand (present: how the
+//   break_lock, generate,    operator commands show a lock)
+//   present
 //   lock, command            the lock recipe; the command's process
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
+mod break_lock;
 mod cli;
 mod command;
 mod exit;
+mod generate;
+mod list;
 mod lock;
+mod present;
 mod report;
 mod run;
 mod session;
+mod status;
 mod values;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind as ClapErrorKind;
+use clap::{CommandFactory, Parser};
 
+use crate::cli::Command;
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
@@ -30,7 +38,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return usage_error(err),
     };
-    match run::run(cli) {
+    let outcome = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Status(args) => status::status(args),
+        Command::List(args) => list::list(args),
+        Command::Break(args) => break_lock::break_lock(args),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man { subcommand } => generate::man(subcommand.as_deref()),
+    };
+    match outcome {
         Ok(exit) => exit.into(),
         Err(err) => {
             report::say(format_args!("{err:#}"));
@@ -52,10 +68,53 @@ fn usage_error(err: clap::Error) -> ExitCode {
             Exit::Usage.into()
         }
         _ => {
-            report::say(format_args!("{}", one_line(&err.render().to_string())));
+            let line = match from_environment(&err) {
+                Some(variable) => in_variable(&err, variable),
+                None => err.render().to_string(),
+            };
+            report::say(format_args!("{}", one_line(&line)));
             Exit::Usage.into()
         }
     }
+}
+
+/// The environment variable an invalid value came from, if it did: clap
+/// names the option either way. Parsing again without the variable tells:
+/// the same error then means the command line gave the value.
+fn from_environment(err: &clap::Error) -> Option<&'static str> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    const VARIABLES: [(&str, &str, &str); 1] = [("--zookeeper", "hosts", "ZKLOCK_ZOOKEEPER")];
+    if err.kind() != ClapErrorKind::ValueValidation {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let (_, id, variable) = VARIABLES
+        .into_iter()
+        .find(|(flag, _, _)| arg.starts_with(flag))?;
+    std::env::var_os(variable)?;
+    let without = cli::Cli::command()
+        .mut_subcommand("run", |run| run.mut_arg(id, |a| a.env(None)))
+        .try_get_matches();
+    let same_error = without.err().is_some_and(|again| {
+        again.kind() == err.kind()
+            && again.get(ContextKind::InvalidArg).map(ToString::to_string) == Some(arg.clone())
+    });
+    (!same_error).then_some(variable)
+}
+
+/// clap's message for a bad value, naming the variable it came from.
+fn in_variable(err: &clap::Error, variable: &str) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    use std::error::Error;
+    let value = match err.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => value.clone(),
+        _ => String::new(),
+    };
+    let reason = err.source().map(|r| format!(": {r}")).unwrap_or_default();
+    format!("invalid value '{value}' in {variable}{reason}")
 }
 
 /// clap's first paragraph (the error itself, without usage and tips),
@@ -66,7 +125,21 @@ fn one_line(rendered: &str) -> String {
     let words: Vec<&str> = text.split_whitespace().collect();
     // clap quotes the offending value as given, control characters included.
     format!(
-        "{}; see 'zklock run --help'",
-        lock::holder::escape_controls(&words.join(" "))
+        "{}; see '{}--help'",
+        lock::holder::escape_controls(&words.join(" ")),
+        subcommand_given()
     )
+}
+
+/// `zklock SUBCOMMAND ` as given on the command line, or `zklock `: where
+/// the help for a usage error is.
+fn subcommand_given() -> String {
+    let names: Vec<String> = cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    std::env::args()
+        .skip(1)
+        .find(|arg| names.contains(arg))
+        .map_or_else(|| "zklock ".to_owned(), |name| format!("zklock {name} "))
 }

@@ -39,3 +39,23 @@ pub fn say(message: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "zklock: {message}");
 }
+
+/// A command's answer on stdout (status, list), with a final newline;
+/// nothing for empty text. A closed stdout (`| head`) is not an error.
+pub fn print_stdout(text: &str) {
+    use std::io::Write;
+    if !text.is_empty() {
+        let _ = writeln!(std::io::stdout(), "{text}");
+    }
+}
+
+/// Bytes on stdout as they are (generated scripts and pages). A closed
+/// stdout (`| head`) is not an error.
+pub fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result,
+    }
+}

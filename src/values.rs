@@ -75,6 +75,25 @@ impl FromStr for LockPath {
     }
 }
 
+/// Any valid absolute ZooKeeper path, the root included (where to look).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZnodePath(String);
+
+impl ZnodePath {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for ZnodePath {
+    type Err = String;
+
+    fn from_str(path: &str) -> Result<Self, Self::Err> {
+        validate_znode_path(path)?;
+        Ok(ZnodePath(path.to_owned()))
+    }
+}
+
 /// ZooKeeper's own path rules (PathUtils.validatePath), as a usage error
 /// instead of a server round trip.
 fn validate_znode_path(path: &str) -> Result<(), String> {
@@ -105,9 +124,12 @@ fn validate_znode_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Surrogates (also forbidden by ZooKeeper) cannot occur in a Rust string.
+/// ZooKeeper checks UTF-16 code units: U+D800-U+F8FF (surrogates, which
+/// cannot occur in a Rust string, and private use) and U+FFF0-U+FFFF are
+/// refused, and so is every character outside the Basic Multilingual Plane
+/// (emoji, ...), which Java stores as a surrogate pair.
 fn is_forbidden_char(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..)
 }
 
 /// A validated connect string: `host[:port][,host[:port]...][/chroot]`.
@@ -140,6 +162,11 @@ impl FromStr for HostList {
             None | Some("/") => None,
             Some(path) => {
                 validate_znode_path(path).map_err(|err| format!("bad chroot: {err}"))?;
+                if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+                    return Err(format!(
+                        "bad chroot: `{path}` is under /zookeeper, which ZooKeeper reserves"
+                    ));
+                }
                 Some(path.to_owned())
             }
         };
@@ -254,6 +281,12 @@ mod tests {
             "/zookeeper",
             "/zookeeper/quota",
             "/a\u{7f}",
+            "/lock-\u{1f600}",
+            "/a\u{10000}",
+            "/a\u{e000}",
+            "/a\u{f8ff}",
+            "/a\u{fff0}",
+            "/a\u{ffff}",
         ] {
             assert!(bad.parse::<LockPath>().is_err(), "{bad:?} accepted");
         }
@@ -283,6 +316,9 @@ mod tests {
             "zk 1",
             "[::1",
             "::1",
+            "zk1/zookeeper",
+            "zk1/zookeeper/quota",
+            "zk1/a\u{1f600}",
         ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }

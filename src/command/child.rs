@@ -173,6 +173,15 @@ fn running_in_group(stat: &str, pgid: libc::pid_t) -> bool {
     pgrp.parse() == Ok(pgid) && !matches!(state, "Z" | "X")
 }
 
+/// Fails (127 not found, 126 not executable) if the command could not be
+/// started now; see [`spawn::resolve`].
+pub fn check_runnable(argv: &[OsString]) -> Result<()> {
+    let program = argv
+        .first()
+        .ok_or_else(|| Failure::usage("no command given"))?;
+    spawn::resolve(program).map_err(|err| spawn_error(program, err))
+}
+
 fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
     let kind = match err.raw_os_error() {
         Some(libc::ENOENT | libc::ENOTDIR) => ErrorKind::NotFound,

@@ -244,6 +244,30 @@ fn environment(env: &[(&str, String)]) -> io::Result<Vec<CString>> {
         .collect()
 }
 
+/// Finds `program` as [`launch`] will, without running it: Ok if some
+/// candidate is an executable file; else the errno the exec would fail with
+/// (ENOENT: not found; EACCES: found but not executable). Checked before
+/// connecting, so a typo does not wait for the lock; the exec checks again.
+pub fn resolve(program: &OsStr) -> io::Result<()> {
+    let mut denied = false;
+    for candidate in candidates(program)? {
+        let Ok(meta) = std::fs::metadata(OsStr::from_bytes(candidate.to_bytes())) else {
+            continue;
+        };
+        // SAFETY: access reads the NUL-terminated path and nothing else.
+        let executable = unsafe { libc::access(candidate.as_ptr(), libc::X_OK) } == 0;
+        if meta.is_file() && executable {
+            return Ok(());
+        }
+        denied = true;
+    }
+    Err(io::Error::from_raw_os_error(if denied {
+        libc::EACCES
+    } else {
+        libc::ENOENT
+    }))
+}
+
 /// The paths execvp would try for `program`.
 fn candidates(program: &OsStr) -> io::Result<Vec<CString>> {
     if program.is_empty() {
@@ -283,6 +307,17 @@ mod tests {
             "{found:?}"
         );
         assert!(candidates(OsStr::new("")).is_err());
+    }
+
+    #[test]
+    fn resolve_finds_what_exec_would() {
+        assert!(resolve(OsStr::new("sh")).is_ok());
+        assert!(resolve(OsStr::new("/bin/sh")).is_ok());
+        let code = |p: &str| resolve(OsStr::new(p)).unwrap_err().raw_os_error();
+        assert_eq!(code("/nonexistent/zklock-test"), Some(libc::ENOENT));
+        assert_eq!(code("zklock-no-such-command-anywhere"), Some(libc::ENOENT));
+        assert_eq!(code("/"), Some(libc::EACCES));
+        assert_eq!(code(""), Some(libc::ENOENT));
     }
 
     #[test]

@@ -287,7 +287,8 @@ pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
             match create_dir(client, ancestor, &[]).await {
                 Ok(()) | Err(zk::Error::NodeExists) => created += 1,
                 Err(zk::Error::NoNode) if created == 0 => {
-                    bail!("cannot create {ancestor}: the chroot given with -z does not exist");
+                    return Err(anyhow::Error::new(MissingChroot))
+                        .context(format!("cannot create {ancestor}"));
                 }
                 Err(zk::Error::NoNode) => break,
                 Err(err) => return Err(err).context(format!("creating {ancestor}")),
@@ -299,6 +300,19 @@ pub async fn create_ancestors(client: &zk::Client, dir: &str) -> Result<()> {
     }
     bail!("cannot create {dir}: its parents keep disappearing")
 }
+
+/// The top directory of a lock path cannot be created: the chroot given
+/// with -z does not exist (the caller knows which it is).
+#[derive(Debug)]
+pub struct MissingChroot;
+
+impl std::fmt::Display for MissingChroot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the chroot given with -z does not exist")
+    }
+}
+
+impl std::error::Error for MissingChroot {}
 
 pub fn parent(path: &str) -> &str {
     match path.rsplit_once('/') {

@@ -62,24 +62,27 @@ impl LeasePolicy {
         }
     }
 
+    /// The most `--kill-after` may be: a noticed disconnection must leave
+    /// room for K and the margin before the earliest expiry, and (in lease
+    /// mode) one connection timeout to reconnect in. Values must stay below it.
+    fn kill_after_budget(&self, reconnect: bool) -> Duration {
+        let needed = match (self.on_disconnect, reconnect) {
+            (OnDisconnect::Lease, true) => self.connection_timeout,
+            _ => Duration::ZERO,
+        };
+        self.session_timeout
+            .saturating_sub(self.connection_timeout + self.margin() + needed)
+    }
+
     /// Refuses settings under which the command could outlive the session:
     /// `--kill-after` must fit between a noticed disconnection and the
     /// earliest expiry, leaving (in lease mode) one connection timeout to
     /// reconnect in.
     pub fn check(&self) -> Result<(), String> {
-        let needed = match self.on_disconnect {
-            OnDisconnect::Kill => Duration::ZERO,
-            OnDisconnect::Lease => self.connection_timeout,
-        };
-        let budget = self
-            .session_timeout
-            .saturating_sub(self.connection_timeout + self.margin() + needed);
+        let budget = self.kill_after_budget(true);
         if self.kill_after < budget {
             return Ok(());
         }
-        let fmt = |d: Duration| {
-            humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
-        };
         Err(format!(
             "--kill-after {} leaves no room in a {} session: a lost lock could not be \
              given up before the session expires; use --kill-after below {} or a longer \
@@ -89,6 +92,41 @@ impl LeasePolicy {
             fmt(budget),
         ))
     }
+
+    /// This policy with the `--kill-after` an unset option takes: the
+    /// largest value below the budget, in whole 10 ms, at most
+    /// [`DEFAULT_KILL_AFTER`]. A session so short that even that budget is
+    /// empty (about 2 s and less, lease mode) gives up the reconnection
+    /// window instead of the guarantee: K is then half of what is left
+    /// between a noticed disconnection and the expiry, and the lease keeps
+    /// the command for the other half. Errs only when nothing is left at all.
+    pub fn with_default_kill_after(self) -> Result<LeasePolicy, String> {
+        const STEP: Duration = Duration::from_millis(10);
+        let below = |budget: Duration| {
+            let steps =
+                budget.saturating_sub(Duration::from_millis(1)).as_millis() / STEP.as_millis();
+            STEP * steps as u32
+        };
+        let mut kill_after = below(self.kill_after_budget(true)).min(DEFAULT_KILL_AFTER);
+        if kill_after.is_zero() {
+            kill_after = below(self.kill_after_budget(false) / 2);
+        }
+        if kill_after.is_zero() {
+            return Err(format!(
+                "a {} session is too short to stop the command before it expires; \
+                 use a longer --session-timeout",
+                fmt(self.session_timeout)
+            ));
+        }
+        Ok(LeasePolicy { kill_after, ..self })
+    }
+}
+
+/// `--kill-after` when not given and the session leaves room for it.
+pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
+
+fn fmt(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
 /// How to reach our session from a second connection (see [`probe`]).
@@ -99,27 +137,32 @@ pub struct Reattach {
 
 /// Resolves when a lock held through one of `nodes` is lost; never resolves
 /// while all are held. Losing one means: the session expired, was closed or
-/// failed authentication; the node was deleted or belongs to someone else;
-/// or the connection stayed down past the lease deadline.
+/// failed authentication; the node was deleted or belongs to a session other
+/// than `owner`; or the connection stayed down past the lease deadline.
+///
+/// `owner` is our own session for the nodes we created; a nested run that
+/// re-enters an enclosing run's lock watches that run's nodes, owned by its
+/// session, through a session of its own.
 pub async fn lost(
     client: &zk::Client,
     nodes: &[String],
     watches: Vec<Option<NodeWatch>>,
     policy: LeasePolicy,
     reattach: &Reattach,
+    owner: i64,
 ) -> LossReason {
     let mut states = client.state_watcher();
     let mut deadline = None;
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
     }
-    let mut node_check = Box::pin(any_node_lost(client, nodes, watches));
+    let mut node_check = Box::pin(any_node_lost(client, nodes, watches, owner));
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
     loop {
         if deadline.is_some() && probing.is_none() && Instant::now() >= next_probe {
-            probing = Some(Box::pin(probe(reattach, nodes, policy)));
+            probing = Some(Box::pin(probe(reattach, nodes, policy, owner)));
         }
         tokio::select! {
             reason = &mut node_check => return reason,
@@ -128,7 +171,7 @@ pub async fn lost(
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new()));
+                    node_check = Box::pin(any_node_lost(client, nodes, Vec::new(), owner));
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -168,7 +211,7 @@ enum Probe {
 }
 
 /// While the client is disconnected, attaches our session from a second,
-/// short-lived connection and checks our nodes.
+/// short-lived connection and checks that our nodes are still `owner`'s.
 ///
 /// The client library backs off exponentially between reconnect attempts
 /// (0.1 s, 0.2 s, ... 3.2 s, 6.4 s), so after an outage of a few seconds it
@@ -177,7 +220,7 @@ enum Probe {
 /// that moment and restarts its timeout on the server, so the deadline moves
 /// on; the library's own client reattaches the same session later. The probe
 /// is detached: dropping it must not close the session.
-async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Probe {
+async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner: i64) -> Probe {
     let connecting = zk::Client::connector()
         .with_session(reattach.session.clone())
         .with_session_timeout(policy.session_timeout)
@@ -195,9 +238,7 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy) -> Pr
     let mut replied = Instant::now();
     for node in nodes {
         match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
-            Ok(Ok((_, stat))) if stat.ephemeral_owner == reattach.session.id().0 => {
-                replied = Instant::now()
-            }
+            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => replied = Instant::now(),
             Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
             Ok(Err(zk::Error::NoNode)) => return Probe::Lost(format!("{node} was deleted")),
             Ok(Err(_)) | Err(_) => return Probe::Unreachable,
@@ -212,12 +253,13 @@ async fn any_node_lost(
     client: &zk::Client,
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
+    owner: i64,
 ) -> LossReason {
     watches.resize_with(nodes.len(), || None);
     let mut checks: Vec<_> = nodes
         .iter()
         .zip(watches)
-        .map(|(node, watch)| Box::pin(node_lost(client, node, watch)))
+        .map(|(node, watch)| Box::pin(node_lost(client, node, watch, owner)))
         .collect();
     std::future::poll_fn(|cx| {
         checks
@@ -232,14 +274,19 @@ async fn any_node_lost(
 }
 
 /// Watches our node with a data watch (starting with `watch` if given):
-/// resolves when it is deleted or is found owned by another session.
-async fn node_lost(client: &zk::Client, node: &str, mut watch: Option<NodeWatch>) -> LossReason {
+/// resolves when it is deleted or is found owned by a session other than `owner`.
+async fn node_lost(
+    client: &zk::Client,
+    node: &str,
+    mut watch: Option<NodeWatch>,
+    owner: i64,
+) -> LossReason {
     loop {
         let event = match watch.take() {
             Some(watch) => watch.await,
             None => match client.get_and_watch_data(node).await {
                 Ok((_, stat, watcher)) => {
-                    if stat.ephemeral_owner != client.session_id().0 {
+                    if stat.ephemeral_owner != owner {
                         return format!("{node} now belongs to another session");
                     }
                     watcher.changed().await
@@ -290,6 +337,43 @@ mod tests {
         assert!(err.contains("--kill-after 10s leaves no room"), "{err}");
         assert!(policy(10, 8, OnDisconnect::Kill).check().is_err());
         assert!(policy(10, 7, OnDisconnect::Kill).check().is_ok());
+    }
+
+    #[test]
+    fn default_kill_after_fits_the_granted_session() {
+        let default = |t_ms: u64| {
+            let session_timeout = Duration::from_millis(t_ms);
+            LeasePolicy {
+                session_timeout,
+                connection_timeout: crate::session::connection_timeout_for(session_timeout),
+                kill_after: Duration::MAX,
+                on_disconnect: OnDisconnect::Lease,
+            }
+            .with_default_kill_after()
+        };
+        assert_eq!(default(60_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
+        assert_eq!(default(10_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
+        assert_eq!(
+            default(4_000).unwrap().kill_after,
+            Duration::from_millis(1640)
+        );
+        assert_eq!(
+            default(2_000).unwrap().kill_after,
+            Duration::from_millis(90)
+        );
+        // 1 s: no room to reconnect; half of the 0.4 s left before expiry.
+        let short = default(1_000).unwrap();
+        assert_eq!(short.kill_after, Duration::from_millis(190));
+        assert!(short.grace() > Duration::ZERO);
+        for t in [400, 1_000, 2_000, 4_000, 10_000, 60_000] {
+            let p = default(t).unwrap();
+            assert!(p.kill_after > Duration::ZERO, "{t}");
+            assert!(
+                p.connection_timeout + p.grace() + p.kill_after + p.margin() <= p.session_timeout,
+                "{t}: {p:?}"
+            );
+        }
+        assert!(default(100).is_err());
     }
 
     #[test]

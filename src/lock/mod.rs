@@ -3,7 +3,9 @@
 //! and the holder data stored in our nodes.
 
 pub mod acquire;
+pub mod directory;
 pub mod holder;
+pub mod inspect;
 pub mod lease;
 pub mod recipe;
 pub mod semaphore;

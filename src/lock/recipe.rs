@@ -70,9 +70,15 @@ pub fn parse_contender(name: &str) -> Option<Contender<'_>> {
 
 /// ZooKeeper appends `%010d` of a signed 32-bit counter, which wraps to
 /// negative numbers after 2^31 creates under one parent.
-fn parse_sequence(suffix: &str) -> Option<i32> {
+pub fn parse_sequence(suffix: &str) -> Option<i32> {
+    use std::io::Write;
     let seq: i32 = suffix.parse().ok()?;
-    (format!("{seq:010}") == suffix).then_some(seq)
+    // Compared in a stack buffer: `zklock list` parses every node of a tree.
+    let mut canonical = [0u8; 12];
+    let mut rest = &mut canonical[..];
+    write!(rest, "{seq:010}").ok()?;
+    let len = 12 - rest.len();
+    (&canonical[..len] == suffix.as_bytes()).then_some(seq)
 }
 
 /// Serial-number order of two sequence numbers, correct across the wrap at
@@ -141,6 +147,26 @@ pub fn standing<'a>(children: &'a [String], me: &str) -> Standing<'a> {
         },
         _ => Standing::Held,
     }
+}
+
+/// For contenders sorted in queue order, which of them hold: the same rule
+/// as [`standing`] (nothing that excludes a node precedes it), in one pass
+/// instead of one listing scan per node.
+pub fn holding(queue: &[Class]) -> Vec<bool> {
+    let mut any_before = false;
+    let mut writer_before = false;
+    queue
+        .iter()
+        .map(|&class| {
+            let excluded = match class {
+                Class::Writer => any_before,
+                Class::Reader => writer_before,
+            };
+            any_before = true;
+            writer_before |= class == Class::Writer;
+            !excluded
+        })
+        .collect()
 }
 
 /// Whether a directory's children say it is a semaphore (zklock's or
@@ -324,6 +350,34 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn holding_agrees_with_standing() {
+        // Every queue of up to 6 readers and writers.
+        for len in 0..=6u32 {
+            for bits in 0..(1u32 << len) {
+                let classes: Vec<Class> = (0..len)
+                    .map(|i| match bits >> i & 1 {
+                        1 => Class::Writer,
+                        _ => Class::Reader,
+                    })
+                    .collect();
+                let children: Vec<String> = classes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, class)| {
+                        let marker = if *class == Class::Writer { WRITE } else { READ };
+                        format!("_c_{i}{marker}{:010}", i + 1)
+                    })
+                    .collect();
+                let expected: Vec<bool> = children
+                    .iter()
+                    .map(|me| standing(&children, me) == Standing::Held)
+                    .collect();
+                assert_eq!(holding(&classes), expected, "{children:?}");
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::exit::Failure;
 use crate::lock::acquire::{
     Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, parent, take_turn,
 };
-use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
 
 /// A plain lock asked for on a semaphore's path would not exclude the
@@ -33,6 +33,7 @@ pub async fn refuse_as_lock(client: &zk::Client, dir: &str) -> Result<()> {
 /// `dir/locks`), create our lease in `dir/leases`, and while holding the
 /// gate, wait until at most `limit` leases exist; then release the gate.
 /// Only the gate holder watches the pool, so a release wakes one process.
+/// Without waiting, the gate is queued for too: see [`gate_without_waiting`].
 pub async fn acquire_permit(
     request: &Request<'_>,
     limit: u32,
@@ -41,44 +42,47 @@ pub async fn acquire_permit(
 ) -> Result<Acquired> {
     let client = request.client;
     claim_semaphore(client, request.dir, limit).await?;
+    let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
     let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
+    let taken = match request.wait {
+        true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
+        false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, observer).await?,
+    };
     // The gate's watch lives until the gate is deleted, which consumes it;
     // dropped earlier, it would cost a RemoveWatches request.
-    let (gate, _gate_watch) = if request.wait {
-        let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
-        match take_turn(request, &gate_dir, LOCK, owned, observer).await? {
-            Acquired::Held(gate, watch) => (Some(gate), watch),
-            other => return Ok(other),
-        }
-    } else {
-        // Without waiting there is nothing to be fair about: create, count,
-        // give up if over. Still safe: of any set of holders, the one whose
-        // lease came last counted all the others.
-        (None, None)
+    let (gate, _gate_watch) = match taken {
+        Acquired::Held(gate, watch) => (gate, watch),
+        other => return Ok(other),
     };
     let lease = create_node(client, &leases, LEASE, request.data).await?;
     owned.push(lease.clone());
     loop {
-        let (children, watcher) = retrying(|| client.list_and_watch_children(&leases))
-            .await
-            .context("listing the semaphore's leases")?;
+        let (children, watcher) = match request.wait {
+            true => retrying(|| client.list_and_watch_children(&leases))
+                .await
+                .map(|(children, watcher)| (children, Some(watcher))),
+            false => retrying(|| client.list_children(&leases))
+                .await
+                .map(|children| (children, None)),
+        }
+        .context("listing the semaphore's leases")?;
         if !children.iter().any(|c| c == lease.name()) {
             return Ok(Acquired::Lost);
         }
         if children.len() <= limit as usize {
             break;
         }
-        if gate.is_none() {
+        // The caller deletes the lease, then the gate (last created first),
+        // so the next gate holder does not count our lease.
+        let Some(watcher) = watcher else {
             return Ok(Acquired::Busy);
-        }
+        };
         observer.pool_full(children.len() - 1);
         watcher.changed().await;
     }
-    if let Some(gate) = gate {
-        match retrying(|| client.delete(&gate.path, None)).await {
-            Ok(()) | Err(zk::Error::NoNode) => owned.retain(|n| n.path != gate.path),
-            Err(err) => return Err(err).context("releasing the semaphore's gate"),
-        }
+    match retrying(|| client.delete(&gate.path, None)).await {
+        Ok(()) | Err(zk::Error::NoNode) => owned.retain(|n| n.path != gate.path),
+        Err(err) => return Err(err).context("releasing the semaphore's gate"),
     }
     // A plain lock taken on this path while its semaphore children were
     // being reaped could not see us; one of the two must see the other, and
@@ -96,6 +100,79 @@ pub async fn acquire_permit(
         )));
     }
     Ok(Acquired::Held(lease, None))
+}
+
+/// The gate for a run that does not wait for a permit (`--no-wait`).
+///
+/// Skipping the gate (create a lease, count, give up if over N) is safe but
+/// makes simultaneous runs see each other's leases and all give up: with N
+/// free permits, none may run. So a no-wait run queues on the gate like any
+/// other and waits only while a permit may still come its way:
+///
+/// - First in the gate queue: the gate is ours; the caller creates the lease
+///   and counts, holding the permit at <= N and giving up otherwise.
+/// - Behind someone, with at least N leases: the pool is full, or is about
+///   to be once the gate holder's lease is admitted. Give up.
+/// - Behind someone, with fewer than N leases: every gate holder from here
+///   to us either passes through (takes a permit or gives up) or blocks on
+///   a full pool. Blocking needs more than N leases, that is, leases created
+///   after our look. So wait for the node ahead to go, or for the leases to
+///   change (a child watch set with our look), whichever comes first, and
+///   look again. The wait ends within the gate holders' round trips, unless
+///   a gate holder ahead stalls (then at most its session timeout).
+///
+/// Only gate holders create leases and a lease counts only if its creator,
+/// holding the gate, saw at most N (Curator's rule too), so waiting and
+/// Curator clients on the same pool still never make more than N holders.
+async fn gate_without_waiting(
+    request: &Request<'_>,
+    gate_dir: &str,
+    leases: &str,
+    limit: u32,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Acquired> {
+    let client = request.client;
+    let gate = create_node(client, gate_dir, LOCK, request.data).await?;
+    observer.queued(&gate);
+    owned.push(gate.clone());
+    loop {
+        let queue = retrying(|| client.list_children(gate_dir))
+            .await
+            .context("listing the semaphore's gate")?;
+        let predecessor = match recipe::standing(&queue, gate.name()) {
+            Standing::Held => return Ok(Acquired::Held(gate, None)),
+            Standing::Missing => return Ok(Acquired::Lost),
+            Standing::Waiting { predecessor, .. } => format!("{gate_dir}/{predecessor}"),
+        };
+        // One round trip for both: the look at the pool and the watch on the
+        // node ahead.
+        let (pool, ahead) = tokio::join!(
+            retrying(|| client.list_and_watch_children(leases)),
+            retrying(|| client.get_and_watch_data(&predecessor)),
+        );
+        let (pool, pool_watch) = match pool {
+            Ok(found) => found,
+            // No lease was ever created, or the empty container was reaped:
+            // create it, so that the child watch can be set.
+            Err(zk::Error::NoNode) => {
+                create_ancestors(client, leases).await?;
+                continue;
+            }
+            Err(err) => return Err(err).context("listing the semaphore's leases"),
+        };
+        if pool.len() >= limit as usize {
+            return Ok(Acquired::Busy);
+        }
+        match ahead {
+            Err(zk::Error::NoNode) => continue,
+            Err(err) => return Err(err).context("watching the node ahead in the gate"),
+            Ok((_data, _stat, ahead_watch)) => tokio::select! {
+                _ = ahead_watch.changed() => {}
+                _ = pool_watch.changed() => {}
+            },
+        }
+    }
 }
 
 /// Makes `dir` a semaphore of `limit` (its data), or checks that it is one.

@@ -1,16 +1,21 @@
 //! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
+mod ancestor;
+mod give_up;
+mod reentry;
 mod wait_report;
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
+use self::give_up::{GivenUp, deadline_after_first_look};
 use self::wait_report::WaitReport;
-use crate::cli::{Cli, Command, RunArgs};
+use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
@@ -21,20 +26,18 @@ use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
 use crate::session::{ConnectOptions, Session, connection_timeout_for, is_session_lost};
 
-pub fn run(cli: Cli) -> Result<Exit> {
-    match cli.command {
-        Command::Run(args) => run_locked(args),
-    }
-}
-
-fn run_locked(args: RunArgs) -> Result<Exit> {
+pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(lifecycle(args))
+    let result = runtime.block_on(lifecycle(args));
+    // Do not wait for a DNS lookup that is still running (see
+    // session::diagnose): its answer no longer matters.
+    runtime.shutdown_background();
+    result
 }
 
 /// Everything decided from the command line before talking to ZooKeeper.
@@ -56,6 +59,8 @@ impl<'a> Plan<'a> {
     fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
         let paths = args.lock_paths().map_err(Failure::usage)?;
+        // A typo in the command must not wait for the lock first.
+        child::check_runnable(&argv)?;
         let plan = Plan {
             args,
             data: holder::describe_self(&argv),
@@ -71,19 +76,28 @@ impl<'a> Plan<'a> {
             wait: args.wait_limit() != Some(Duration::ZERO),
             report: Report(args.verbosity()),
         };
-        plan.policy(plan.connect.session_timeout)
-            .check()
-            .map_err(Failure::usage)?;
+        // A --kill-after given must fit the session asked for (and, once
+        // connected, the one granted); an unset one is chosen to fit.
+        if args.kill_after.is_some() {
+            plan.policy(plan.connect.session_timeout)
+                .map_err(Failure::usage)?;
+        }
         Ok(plan)
     }
 
-    /// The lease rule for a (requested or granted) session timeout.
-    fn policy(&self, session_timeout: Duration) -> LeasePolicy {
-        LeasePolicy {
+    /// The lease rule for a (requested or granted) session timeout, with
+    /// `--kill-after` as given (refused if it does not fit) or, if unset,
+    /// the largest that fits.
+    fn policy(&self, session_timeout: Duration) -> Result<LeasePolicy, String> {
+        let policy = LeasePolicy {
             session_timeout,
             connection_timeout: connection_timeout_for(session_timeout),
-            kill_after: self.args.kill_after.0,
+            kill_after: self.args.kill_after.map_or(Duration::ZERO, |k| k.0),
             on_disconnect: self.args.on_disconnect,
+        };
+        match self.args.kill_after {
+            Some(_) => policy.check().map(|()| policy),
+            None => policy.with_default_kill_after(),
         }
     }
 }
@@ -91,9 +105,12 @@ impl<'a> Plan<'a> {
 async fn lifecycle(args: RunArgs) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
+    if let Some(exit) = reentry::reenter(&plan, &mut signals).await? {
+        return Ok(exit);
+    }
     let started = Instant::now();
-    let (session, held, watches) = match take_locks(&plan, &mut signals).await? {
-        Taken::Held(session, held, watches) => (session, held, watches),
+    let (session, held, watches, policy) = match take_locks(&plan, &mut signals).await? {
+        Taken::Held(session, held, watches, policy) => (*session, held, watches, policy),
         Taken::Ended(exit) => return Ok(exit),
     };
     for node in &held {
@@ -105,56 +122,102 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id());
-    let child = match Child::spawn(&plan.argv, &env) {
-        Ok(child) => child,
+    let lock = HeldLock {
+        nodes: held.iter().map(|node| node.path.clone()).collect(),
+        watches,
+        owner: session.id(),
+        ours: true,
+    };
+    let exit = run_command(&plan, &mut signals, &session, lock, policy, &env).await;
+    let timeout = session.timeout();
+    let (exit, deleted) = match exit {
+        Ok(done) => done,
         Err(err) => {
-            session.close(&acquire::paths(&held)).await;
+            let _ = session.close(&acquire::paths(&held)).await;
             return Err(err);
         }
     };
-    let exit = {
-        let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
-        let reattach = lease::Reattach {
-            hosts: plan.connect.hosts.connect_string().to_owned(),
-            session: session.client().session().clone(),
-        };
-        let lost = lease::lost(
-            session.client(),
-            &nodes,
-            watches,
-            plan.policy(session.timeout()),
-            &reattach,
-        );
-        tokio::pin!(lost);
-        let report = plan.report;
-        let mut on_loss = |reason: &str| {
-            report.error(format_args!("lock lost: {reason}; terminating the command"))
-        };
-        let exit = child::supervise(
-            child,
-            &mut signals,
-            lost.as_mut(),
-            args.kill_after.0,
-            &mut on_loss,
-        )
-        .await;
-        // Delete while the lease still watches our nodes: the deletion fires
-        // and so consumes that watch. Dropping the lease first would make the
-        // library send a RemoveWatches request, which the server must serve
-        // before the delete that the next waiter is waiting for.
-        session.delete(&acquire::paths(&held)).await;
-        exit
-    };
     session.close(&[]).await;
-    plan.report
-        .info(format_args!("released {}", plan.order.join(" ")));
+    if deleted {
+        plan.report
+            .info(format_args!("released {}", plan.order.join(" ")));
+    } else {
+        plan.report.info(format_args!(
+            "could not reach ZooKeeper to confirm the release of {}: it is released \
+             when the session expires, within {} at the latest",
+            plan.order.join(" "),
+            humantime::format_duration(timeout)
+        ));
+    }
     Ok(exit)
+}
+
+/// The lock the command runs under, as the lease watches it.
+struct HeldLock {
+    nodes: Vec<String>,
+    /// The watches set on `nodes` while waiting, by position.
+    watches: Vec<Option<NodeWatch>>,
+    /// The session that owns `nodes`.
+    owner: i64,
+    /// Whether `nodes` are ours to delete once the command is done (not
+    /// when a nested run re-entered an enclosing run's lock).
+    ours: bool,
+}
+
+/// Spawns the command and supervises it while `lock` holds; then deletes
+/// the lock's nodes if they are ours. The exit, and whether the server
+/// confirmed the deletes. On an error before the command ran, nothing is
+/// deleted: the caller cleans up.
+async fn run_command(
+    plan: &Plan<'_>,
+    signals: &mut Signals,
+    session: &Session,
+    lock: HeldLock,
+    policy: LeasePolicy,
+    env: &[(&'static str, String)],
+) -> Result<(Exit, bool)> {
+    let child = Child::spawn(&plan.argv, env)?;
+    let reattach = lease::Reattach {
+        hosts: plan.connect.hosts.connect_string().to_owned(),
+        session: session.client().session().clone(),
+    };
+    let lost = lease::lost(
+        session.client(),
+        &lock.nodes,
+        lock.watches,
+        policy,
+        &reattach,
+        lock.owner,
+    );
+    tokio::pin!(lost);
+    let report = plan.report;
+    let mut on_loss =
+        |reason: &str| report.error(format_args!("lock lost: {reason}; terminating the command"));
+    let exit = child::supervise(
+        child,
+        signals,
+        lost.as_mut(),
+        policy.kill_after,
+        &mut on_loss,
+    )
+    .await;
+    // Delete while the lease still watches our nodes: the deletion fires
+    // and so consumes that watch. Dropping the lease first would make the
+    // library send a RemoveWatches request, which the server must serve
+    // before the delete that the next waiter is waiting for.
+    let deleted = if lock.ours {
+        let nodes: Vec<&str> = lock.nodes.iter().map(String::as_str).collect();
+        session.delete(&nodes).await
+    } else {
+        true
+    };
+    Ok((exit, deleted))
 }
 
 enum Taken {
     /// Every lock is ours; the nodes are in acquisition order, each with
     /// the watch set on it while waiting, if any.
-    Held(Session, Vec<Node>, Vec<Option<NodeWatch>>),
+    Held(Box<Session>, Vec<Node>, Vec<Option<NodeWatch>>, LeasePolicy),
     /// zklock ends without running the command.
     Ended(Exit),
 }
@@ -169,63 +232,64 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
         .filter(|_| plan.wait)
         .map(|limit| Instant::now() + limit);
     loop {
-        let session = tokio::select! {
-            session = Session::connect(&plan.connect) => session?,
-            signal = abort_signal(signals) => return Ok(Taken::Ended(Exit::Signal(signal))),
+        let (session, policy) = match connect(plan, signals).await? {
+            Ok(connected) => connected,
+            Err(exit) => return Ok(Taken::Ended(exit)),
         };
-        report.info(format_args!(
-            "connected to {} (session {:#x}, timeout {})",
-            plan.connect.hosts.connect_string(),
-            session.id(),
-            humantime::format_duration(session.timeout())
-        ));
-        if let Err(why) = plan.policy(session.timeout()).check() {
-            session.close(&[]).await;
-            return Err(Failure::usage(format!(
-                "the ensemble granted a shorter session: {why}"
-            )));
-        }
         let mut owned = Vec::new();
         let mut watches = Vec::new();
         let mut observer = WaitReport::new(report);
+        let looked = observer.looked.clone();
+        let unreachable_since = Cell::new(None);
         let waited = tokio::select! {
             result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
-            () = sleep_until(deadline) => Waited::TimedOut,
+            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
+            () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
         };
+        let held_path = observer
+            .current
+            .clone()
+            .unwrap_or_else(|| plan.order.join(" "));
         match waited {
             Waited::Done(Ok(Acquired::Held(..))) => {
-                return Ok(Taken::Held(session, owned, watches));
+                return Ok(Taken::Held(Box::new(session), owned, watches, policy));
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
-                let holder = observer.holder_description(&session).await;
-                session.close(&acquire::paths(&owned)).await;
-                let why = if plan.wait {
-                    "timed out waiting for"
-                } else {
-                    "not waiting for"
+                let given_up = GivenUp {
+                    held_path: &held_path,
+                    waited: plan.wait,
+                    unreachable_since: unreachable_since.get(),
                 };
-                report.note(format_args!("{why} {}{holder}", plan.order.join(" ")));
+                given_up.end(session, &owned, &observer, report).await;
                 return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 return Ok(Taken::Ended(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "our node vanished while waiting; queueing again in a new session"
                 ));
             }
             Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
                 report.info(format_args!(
                     "session lost while waiting ({err:#}); queueing again"
                 ));
             }
             Waited::Done(Err(err)) => {
-                session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&acquire::paths(&owned)).await;
+                if err.downcast_ref::<acquire::MissingChroot>().is_some() {
+                    let hosts = &plan.connect.hosts;
+                    return Err(Failure::usage(format!(
+                        "the chroot {} given with -z does not exist at {}",
+                        hosts.chroot().unwrap_or("/"),
+                        hosts.connect_string()
+                    )));
+                }
                 return Err(err);
             }
         }
@@ -239,6 +303,53 @@ async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
     }
 }
 
+/// Connects, and applies the lease rule to the granted session timeout
+/// (refusing a --kill-after that does not fit; choosing one if unset);
+/// `Err(exit)` when a signal ended zklock meanwhile.
+async fn connect(
+    plan: &Plan<'_>,
+    signals: &mut Signals,
+) -> Result<Result<(Session, LeasePolicy), Exit>> {
+    let session = tokio::select! {
+        session = Session::connect(&plan.connect) => session?,
+        signal = abort_signal(signals) => return Ok(Err(Exit::Signal(signal))),
+    };
+    plan.report.info(format_args!(
+        "connected to {} (session {:#x}, timeout {})",
+        plan.connect.hosts.connect_string(),
+        session.id(),
+        humantime::format_duration(session.timeout())
+    ));
+    let policy = match plan.policy(session.timeout()) {
+        Ok(policy) => policy,
+        Err(why) => {
+            let granted = humantime::format_duration(session_timeout_ms(&session));
+            let _ = session.close(&[]).await;
+            return Err(Failure::usage(match plan.args.kill_after {
+                Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
+                None => format!("the ensemble granted a {granted} session: {why}"),
+            }));
+        }
+    };
+    if plan.args.kill_after.is_none() {
+        let kill_after = humantime::format_duration(policy.kill_after);
+        let granted = humantime::format_duration(session_timeout_ms(&session));
+        let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
+            format!("the default, which fits a {granted} session")
+        } else if policy.check().is_ok() {
+            format!("the most a {granted} session leaves room for")
+        } else {
+            format!(
+                "a {granted} session leaves no room to reconnect in; half of what is \
+                 left before it can expire"
+            )
+        };
+        plan.report
+            .info(format_args!("--kill-after not given: {kill_after} ({why})"));
+    }
+    Ok(Ok((session, policy)))
+}
+
 /// Takes the locks one by one in acquisition order. On success `owned`
 /// holds exactly the held nodes, in that order.
 async fn acquire_all(
@@ -250,6 +361,7 @@ async fn acquire_all(
 ) -> Result<Acquired> {
     let mut last = Acquired::Busy;
     for dir in &plan.order {
+        observer.current = Some((*dir).to_owned());
         let request = Request {
             client,
             dir,
@@ -315,9 +427,7 @@ async fn abort_signal(signals: &mut Signals) -> i32 {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
+/// The granted session timeout, to the millisecond (for messages).
+pub(crate) fn session_timeout_ms(session: &Session) -> Duration {
+    Duration::from_millis(session.timeout().as_millis() as u64)
 }

@@ -1,5 +1,7 @@
 //! While waiting: the queue and who holds the lock, reported by verbosity.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::lock::acquire::{Node, Observer};
@@ -14,6 +16,11 @@ pub struct WaitReport {
     report: Report,
     first: Option<String>,
     first_data: Option<Vec<u8>>,
+    /// The lock path being taken now (of several, the one that is held).
+    pub current: Option<String>,
+    /// Set once the queue was looked at (our node created and the queue
+    /// listed): a deadline may cancel the wait only after that.
+    pub looked: Rc<Cell<bool>>,
 }
 
 impl Observer for WaitReport {
@@ -22,6 +29,7 @@ impl Observer for WaitReport {
     }
 
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&[u8]>) {
+        self.looked.set(true);
         if let Some(data) = first_data {
             self.first_data = Some(data.to_vec());
         }
@@ -43,6 +51,7 @@ impl Observer for WaitReport {
     }
 
     fn pool_full(&mut self, holders: usize) {
+        self.looked.set(true);
         self.report.info(format_args!(
             "all {holders} permits are taken; waiting for one"
         ));
@@ -56,6 +65,8 @@ impl WaitReport {
             report,
             first: None,
             first_data: None,
+            current: None,
+            looked: Rc::default(),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result};
 
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -66,6 +66,16 @@ where
     }
 }
 
+/// Runs `future` to completion on a current-thread runtime, as every
+/// subcommand does: zklock needs no more than one thread of its own.
+pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(future)
+}
+
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     pub hosts: HostList,
@@ -113,7 +123,9 @@ impl Session {
                 }
                 Ok(Err(zk::Error::NoNode)) => {
                     let chroot = options.hosts.chroot().unwrap_or("/");
-                    return Err(anyhow!("the chroot {chroot} does not exist at {hosts}"));
+                    return Err(Failure::usage(format!(
+                        "the chroot {chroot} given with -z does not exist at {hosts}"
+                    )));
                 }
                 Ok(Err(err)) => {
                     last_error = Some(err);
@@ -123,9 +135,14 @@ impl Session {
                 Err(_elapsed) => break,
             }
         }
-        let why = last_error
-            .map(|e| format!(" (last error: {e})"))
-            .unwrap_or_default();
+        // The library reports every failure to reach a server as a timeout
+        // or a lost connection; try what it tried to name the real cause.
+        let why = match diagnose(hosts).await {
+            Some(cause) => format!(": {cause}"),
+            None => last_error
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default(),
+        };
         let message = format!(
             "no ZooKeeper session with {hosts} within {}{why}",
             humantime::format_duration(options.connect_timeout)
@@ -142,16 +159,41 @@ impl Session {
     }
 
     /// Deletes `nodes` (last first), waiting for the server's answers, within
-    /// a bound; the first step of [`Session::close`].
-    pub async fn delete(&self, nodes: &[&str]) {
+    /// a bound; the first step of [`Session::close`]. True when the server
+    /// confirmed every node gone.
+    pub async fn delete(&self, nodes: &[&str]) -> bool {
         let bound = self.connection_timeout.max(CLOSE_WAIT);
         let deleting = async {
+            let mut confirmed = true;
             for node in nodes.iter().rev() {
                 // NoNode is fine: someone (an operator, expiry) deleted it already.
-                let _ = retrying(|| self.client.delete(node, None)).await;
+                // SessionExpired: the ensemble deleted it with the session.
+                confirmed &= matches!(
+                    retrying(|| self.client.delete(node, None)).await,
+                    Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired)
+                );
             }
+            confirmed
         };
-        let _ = tokio::time::timeout(bound, deleting).await;
+        tokio::time::timeout(bound, deleting).await.unwrap_or(false)
+    }
+
+    /// Since when the connection to the ensemble has been down, if it is:
+    /// resolves never; keeps `since` current while polled.
+    pub async fn track_connection(&self, since: &std::cell::Cell<Option<Instant>>) {
+        let mut states = self.client.state_watcher();
+        let mut state = states.peek_state();
+        loop {
+            match state {
+                zk::SessionState::SyncConnected => since.set(None),
+                _ if since.get().is_none() => since.set(Some(Instant::now())),
+                _ => {}
+            }
+            if state.is_terminated() {
+                return std::future::pending().await;
+            }
+            state = states.changed().await;
+        }
     }
 
     /// The session timeout the ensemble granted (not necessarily the one asked for).
@@ -163,16 +205,59 @@ impl Session {
     /// server to confirm each step, within bounds. Failing to delete is not
     /// fatal: closing the session deletes all our ephemerals, and if even
     /// that cannot reach the server, the nodes die with the session.
-    pub async fn close(self, nodes: &[&str]) {
-        self.delete(nodes).await;
+    ///
+    /// True when the server confirmed that our nodes are gone: it answered
+    /// the deletes, or said the session expired. The end of the session is
+    /// no such proof: the library also reports Closed when it gives up on a
+    /// broken connection by itself, and its state watcher may skip states.
+    pub async fn close(self, nodes: &[&str]) -> bool {
+        let deleted = self.delete(nodes).await;
         let Session {
             client, mut states, ..
         } = self;
-        if states.peek_state().is_terminated() {
-            return;
+        let state = states.peek_state();
+        if state.is_terminated() {
+            return deleted || state == zk::SessionState::Expired;
         }
         drop(client);
         let closed = async { while !states.changed().await.is_terminated() {} };
         let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
+        deleted
     }
+}
+
+/// Why `hosts` gave no session, found by resolving each host and opening a
+/// TCP connection to each address, as the library does but with the errors
+/// kept; within a second. None if nothing stands out.
+async fn diagnose(connect_string: &str) -> Option<String> {
+    const BOUND: Duration = Duration::from_secs(1);
+    let hosts = connect_string.split('/').next().unwrap_or_default();
+    let mut causes = Vec::new();
+    let probing = async {
+        for host in hosts.split(',') {
+            let addrs = match tokio::net::lookup_host(host).await {
+                Ok(addrs) => addrs.collect::<Vec<_>>(),
+                Err(err) => {
+                    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+                    causes.push(format!("cannot resolve {name} (DNS: {err})"));
+                    continue;
+                }
+            };
+            for addr in addrs {
+                let connecting = tokio::net::TcpStream::connect(addr);
+                causes.push(match tokio::time::timeout(BOUND / 2, connecting).await {
+                    Ok(Ok(_)) => {
+                        format!("{addr} accepts connections but established no ZooKeeper session")
+                    }
+                    Ok(Err(err)) if err.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        format!("connection refused by {addr}")
+                    }
+                    Ok(Err(err)) => format!("cannot connect to {addr}: {err}"),
+                    Err(_) => format!("no answer from {addr}"),
+                });
+            }
+        }
+    };
+    let _ = tokio::time::timeout(BOUND, probing).await;
+    (!causes.is_empty()).then(|| causes.join("; "))
 }

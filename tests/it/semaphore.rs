@@ -1,12 +1,16 @@
 //! Semaphores (`--limit N`): at most N holders, a killed holder's permit comes back,
 //! the limit and the lock kind of a path are checked, the token is the lease's czxid.
 
-use std::process::{Output, Stdio};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::faults_util::watchers_of;
 use crate::harness::{
-    Holder, Inspector, KillOnDrop, LockLog, assert_no_lock_nodes, is_dead, shared_server, signal,
-    unique_path, wait_for_contenders, wait_for_exit, wait_no_lock_nodes, wait_until, zklock_run,
+    Gated, Holder, Inspector, KillOnDrop, LockLog, TempDir, assert_no_lock_nodes, contenders,
+    is_dead, shared_server, signal, unique_path, wait_for_contenders, wait_for_exit,
+    wait_no_lock_nodes, wait_until, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -243,5 +247,235 @@ fn no_wait_on_a_full_semaphore_gives_up_at_once() {
     for holder in &mut holders {
         holder.finish();
     }
+    assert_pool_empty(&zk, &path);
+}
+
+/// `cmd` run by `flock -F -s BARRIER`: it starts only once the test lets go of
+/// its exclusive lock on BARRIER, and keeps its pid (no fork).
+fn behind_barrier(cmd: &Command, barrier: &Path) -> Command {
+    let mut wrapped = Command::new("flock");
+    wrapped
+        .args(["-F", "-s"])
+        .arg(barrier)
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .stdin(Stdio::null());
+    for (key, value) in cmd.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    wrapped
+}
+
+/// How many of `pids` wait for a file lock (`->` lines of /proc/locks).
+fn blocked_on_flock(pids: &[u32]) -> usize {
+    let locks = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
+    locks
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            (words.get(1) == Some(&"->")).then(|| words.get(5)?.parse::<u32>().ok())?
+        })
+        .filter(|pid| pids.contains(pid))
+        .count()
+}
+
+/// Starts `contenders` runs of `zklock run --limit LIMIT -n` on `path` at
+/// once and returns how many ran. All wait on one file lock until every one is
+/// blocked on it, so they reach ZooKeeper together; a run that gets a permit
+/// holds it until every run has run or given up, so no permit comes free
+/// during a trial.
+fn simultaneous_no_wait(connect: &str, path: &str, limit: u32, contenders: usize) -> usize {
+    let dir = TempDir::new();
+    let barrier_path = dir.path().join("barrier");
+    let barrier = std::fs::File::create(&barrier_path).expect("create the barrier");
+    // SAFETY: flock on a descriptor this function owns; no memory is shared.
+    let locked = unsafe { libc::flock(barrier.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(locked, 0, "flock: {}", std::io::Error::last_os_error());
+    let mut zklock = zklock_run(connect, path);
+    zklock.args(["--limit", &limit.to_string(), "-n", "-q"]);
+    let mut runs: Vec<Gated> = (0..contenders)
+        .map(|_| Gated::spawn(behind_barrier(&zklock, &barrier_path)))
+        .collect();
+    let pids: Vec<u32> = runs.iter().map(Gated::pid).collect();
+    wait_until(LONG, "every run waiting at the barrier", || {
+        blocked_on_flock(&pids) == contenders
+    });
+    drop(barrier);
+    wait_until(LONG, "every run ran or gave up", || {
+        runs.iter_mut()
+            .all(|run| run.started() || run.exited().is_some())
+    });
+    let ran = runs.iter().filter(|run| run.started()).count();
+    for mut run in runs {
+        if run.started() {
+            assert!(run.finish().success(), "a run that got a permit");
+        } else {
+            assert_eq!(run.wait(LONG).code(), Some(75), "a run that gave up");
+        }
+    }
+    ran
+}
+
+/// With N free permits and 5 simultaneous `--no-wait` runs, exactly min(N, 5)
+/// run, every time; nothing is left behind.
+fn no_wait_trials(limit: u32) {
+    let server = shared_server();
+    let connect = server.connect_string();
+    let path = unique_path(&format!("sem-no-wait-{limit}"));
+    let zk = Inspector::connect(&connect);
+    let started = Instant::now();
+    let ran: Vec<usize> = (0..20)
+        .map(|_| {
+            let ran = simultaneous_no_wait(&connect, &path, limit, 5);
+            assert_pool_empty(&zk, &path);
+            ran
+        })
+        .collect();
+    eprintln!(
+        "20 trials of 5 x --limit {limit} -n took {:?}",
+        started.elapsed()
+    );
+    let expected = (limit as usize).min(5);
+    assert!(
+        ran.iter().all(|&n| n == expected),
+        "runs that ran in each trial (expected {expected}): {ran:?}"
+    );
+}
+
+#[test]
+fn simultaneous_no_wait_runs_fill_a_semaphore_of_one() {
+    no_wait_trials(1);
+}
+
+#[test]
+fn simultaneous_no_wait_runs_fill_a_semaphore_of_two() {
+    no_wait_trials(2);
+}
+
+#[test]
+fn simultaneous_no_wait_runs_fill_a_semaphore_of_three() {
+    no_wait_trials(3);
+}
+
+/// Waiting and `--no-wait` runs on one pool: never more than N hold, and each
+/// no-wait run either ran or gave up (75), as the log says.
+#[test]
+fn waiting_and_no_wait_runs_share_a_semaphore() {
+    let server = shared_server();
+    let connect = server.connect_string();
+    let path = unique_path("sem-mixed");
+    let log = LockLog::new();
+    let dir = TempDir::new();
+    let no_wait_ran = dir.path().join("no-wait-ran");
+    // Two waiting contenders keep the pool of two mostly full, with gaps
+    // between their runs for the no-wait runs to take.
+    let (waiters, waiting, no_wait) = (2, 2 * 5, 3 * 6);
+    let gave_up = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let (connect, path, log) = (&connect, &path, &log);
+        for waiter in 0..waiters {
+            scope.spawn(move || {
+                for run in 0..waiting / waiters {
+                    let status = zklock_run(connect, path)
+                        .args(["--limit", "2", "-w", "60s", "--", "sh", "-c"])
+                        .arg(log.shell_body("sleep 0.1"))
+                        .status()
+                        .expect("run zklock");
+                    assert_eq!(status.code(), Some(0), "waiter {waiter} run {run}");
+                }
+            });
+        }
+        let (no_wait_ran, gave_up) = (&no_wait_ran, &gave_up);
+        for contender in 0..3 {
+            scope.spawn(move || {
+                let body = format!("echo >> '{}'; sleep 0.05", no_wait_ran.display());
+                for run in 0..no_wait / 3 {
+                    let status = zklock_run(connect, path)
+                        .args(["--limit", "2", "-n", "-q", "--", "sh", "-c"])
+                        .arg(log.shell_body(&body))
+                        .status()
+                        .expect("run zklock");
+                    match status.code() {
+                        Some(0) => {}
+                        Some(75) => {
+                            gave_up.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        _ => panic!("no-wait {contender} run {run}: {status}"),
+                    }
+                }
+            });
+        }
+    });
+    let ran = std::fs::read_to_string(&no_wait_ran)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let gave_up = gave_up.into_inner();
+    eprintln!("no-wait runs: {ran} ran, {gave_up} gave up");
+    assert_eq!(ran + gave_up, no_wait, "each no-wait run ran or gave up");
+    assert_eq!(log.starts(), waiting + ran, "{}", log.contents());
+    assert!(log.open_ids().is_empty(), "{}", log.contents());
+    log.assert_max_concurrency(2);
+    assert_pool_empty(&Inspector::connect(&connect), &path);
+}
+
+/// A no-wait run queued behind a gate holder waits only while a permit may
+/// still come its way. The gate holder is played by the test's own client:
+/// it passes through (its gate goes, no lease: the run takes the permit), or
+/// its lease fills the pool while it keeps the gate (the run gives up at
+/// once, without waiting for that gate to go).
+#[test]
+fn no_wait_behind_the_gate_holder() {
+    let server = shared_server();
+    let connect = server.connect_string();
+    let path = unique_path("sem-no-wait-gate");
+    let zk = Inspector::connect(&connect);
+    let log = LockLog::new();
+    let mut holder = Holder::start(zklock_run(&connect, &path).args(["--limit", "2"]), &log);
+    let gate_dir = format!("{path}/locks");
+    let leases = format!("{path}/leases");
+    const UUID: &str = "00000000-0000-4000-8000-000000000000";
+    // Queues a no-wait run behind a gate node of the test's and waits until
+    // it watches that node, that is, until it has looked at the leases (one
+    // lease of two: it may still get a permit) and set its watch on them.
+    let queue_behind_gate = || {
+        let (gate, _) = zk.create_ephemeral_sequential(&format!("{gate_dir}/_c_{UUID}-lock-"), b"");
+        let mut zklock = zklock_run(&connect, &path);
+        zklock.args(["--limit", "2", "-n", "-q"]);
+        let run = Gated::spawn(zklock);
+        let ours = wait_for_contenders(&zk, &gate_dir, "-lock-", 2)
+            .into_iter()
+            .find(|node| *node != gate)
+            .expect("the run's gate node");
+        let session = zk.stat(&ours).expect("the run's gate node").ephemeral_owner;
+        wait_until(LONG, "the run watching the gate node ahead", || {
+            watchers_of(&server.four_letter("wchp"), &gate).contains(&session)
+        });
+        (gate, run)
+    };
+
+    let (gate, run) = queue_behind_gate();
+    assert!(!run.started());
+    assert!(zk.delete(&gate));
+    let mut run = run;
+    run.wait_started(LONG);
+    assert_eq!(zk.children(&leases).len(), 2, "the holder's and the run's");
+    assert!(run.finish().success());
+
+    let (gate, mut run) = queue_behind_gate();
+    let (lease, _) = zk.create_ephemeral_sequential(&format!("{leases}/_c_{UUID}-lease-"), b"");
+    assert_eq!(run.wait(LONG).code(), Some(75), "gave up on a full pool");
+    assert!(!run.started());
+    assert!(zk.exists(&gate), "without waiting for the gate to go");
+    assert_eq!(
+        contenders(&zk, &gate_dir, "-lock-"),
+        std::slice::from_ref(&gate),
+        "the run's gate node is gone"
+    );
+    assert!(zk.delete(&lease) && zk.delete(&gate));
+    holder.finish();
     assert_pool_empty(&zk, &path);
 }

@@ -11,6 +11,8 @@ use zookeeper_client::{self as zk, Acls, CreateMode};
 
 pub use zookeeper_client::Stat;
 
+use super::pki::pki;
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -35,6 +37,42 @@ impl Inspector {
     }
 
     pub fn connect_with(connect_string: &str, session_timeout: Duration) -> Inspector {
+        Inspector::connect_secure_with(connect_string, &ClientSecurity::default(), session_timeout)
+    }
+
+    /// Connects with TLS, SASL and/or `addauth` as `security` says, 10 s session
+    /// timeout; panics if no session within 30 s.
+    pub fn connect_secure(connect_string: &str, security: &ClientSecurity) -> Inspector {
+        Inspector::connect_secure_with(connect_string, security, Duration::from_secs(10))
+    }
+
+    pub fn connect_secure_with(
+        connect_string: &str,
+        security: &ClientSecurity,
+        session_timeout: Duration,
+    ) -> Inspector {
+        Inspector::try_connect_secure(connect_string, security, session_timeout)
+            .unwrap_or_else(|e| panic!("inspector: connect to {connect_string}: {e}"))
+    }
+
+    /// Like [`Inspector::connect_secure_with`], but a failed connect is returned, not a
+    /// panic: `Error::Timeout` if there is no session within 30 s (our bound), else
+    /// whatever the crate reports (see /work/notes/secure-harness.md).
+    pub fn try_connect_secure(
+        connect_string: &str,
+        security: &ClientSecurity,
+        session_timeout: Duration,
+    ) -> Result<Inspector, zk::Error> {
+        let connector = security.connector(session_timeout)?;
+        Inspector::try_connect_via(connect_string, connector, security.uses_tls())
+    }
+
+    /// Connects with a connector the caller built (`secure`: use `secure_connect`).
+    pub fn try_connect_via(
+        connect_string: &str,
+        connector: zk::Connector,
+        secure: bool,
+    ) -> Result<Inspector, zk::Error> {
         let rt = Arc::new(
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -55,22 +93,47 @@ impl Inspector {
                 })
                 .expect("spawn inspector runtime thread")
         };
-        let connecting = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .connect(connect_string);
-        let client = rt
-            .block_on(async { tokio::time::timeout(CONNECT_TIMEOUT, connecting).await })
-            .unwrap_or_else(|_| {
-                panic!("inspector: no session with {connect_string} within {CONNECT_TIMEOUT:?}")
-            })
-            .unwrap_or_else(|e| panic!("inspector: connect to {connect_string}: {e}"));
-        Inspector {
-            client: Some(client),
+        let mut inspector = Inspector {
+            client: None,
             rt,
             stop,
             driver: Some(driver),
             op_timeout: Duration::from_secs(30),
-        }
+        };
+        let connected = inspector.rt.block_on(async {
+            let connecting = async {
+                if secure {
+                    connector.secure_connect(connect_string).await
+                } else {
+                    connector.connect(connect_string).await
+                }
+            };
+            tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+                .await
+                .unwrap_or(Err(zk::Error::Timeout))
+        });
+        inspector.client = Some(connected?);
+        Ok(inspector)
+    }
+
+    /// The session's state as the client sees it (`AuthFailed` after a refused auth).
+    pub fn state(&self) -> zk::SessionState {
+        self.client().state()
+    }
+
+    /// `addauth scheme auth` on the live session.
+    pub fn try_auth(&self, scheme: &str, auth: &[u8]) -> Result<(), zk::Error> {
+        self.op(self.client().auth(scheme, auth))
+    }
+
+    /// The identities the server attached to this session (`whoami`, ZooKeeper 3.7+), as
+    /// `(scheme, id)` pairs, e.g. `("x509", "CN=zklock-client,O=zklock-test")`.
+    pub fn whoami(&self) -> Vec<(String, String)> {
+        self.op(self.client().list_auth_users())
+            .unwrap_or_else(|e| panic!("whoami: {e}"))
+            .into_iter()
+            .map(|user| (user.scheme().to_string(), user.user().to_string()))
+            .collect()
     }
 
     /// Bounds every later call (default 30 s); a call that takes longer fails with
@@ -240,5 +303,150 @@ impl Drop for Inspector {
         if let Some(driver) = self.driver.take() {
             let _ = driver.join();
         }
+    }
+}
+
+/// What a client brings to a secure server: TLS settings, SASL, `addauth` pairs.
+/// `ClientSecurity::default()` is a plain client.
+#[derive(Clone, Debug, Default)]
+pub struct ClientSecurity {
+    pub tls: Option<ClientTls>,
+    pub sasl: Option<ClientSasl>,
+    /// `(scheme, auth)` sent on every (re)connect, e.g. `("digest", b"user:password")`.
+    pub auth: Vec<(String, Vec<u8>)>,
+    /// `Connector::with_fail_eagerly`: give up after one pass over the hosts
+    /// (`Error::NoHosts`) instead of retrying until the session timeout.
+    pub fail_eagerly: bool,
+}
+
+/// TLS from the client's side (PEM contents, not paths).
+#[derive(Clone, Debug)]
+pub struct ClientTls {
+    pub ca_pem: String,
+    /// `(certificate PEM, key PEM)` for mTLS.
+    pub identity: Option<(String, String)>,
+    /// On by default in the crate; off needs its `unsafe` opt-out.
+    pub hostname_verification: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum ClientSasl {
+    DigestMd5 {
+        user: String,
+        password: String,
+    },
+    /// GSSAPI with the ticket cache in `KRB5CCNAME` (see `kdc.rs`). `hostname` is the
+    /// instance of the server principal (`zookeeper/<hostname>`); the crate defaults
+    /// to the host of the connect string, i.e. `127.0.0.1`.
+    #[cfg(feature = "kerberos")]
+    Gssapi {
+        hostname: Option<String>,
+    },
+}
+
+impl ClientSecurity {
+    /// TLS with the test CA and the client certificate `CN=zklock-client,O=zklock-test`.
+    pub fn tls() -> ClientSecurity {
+        let pki = pki();
+        ClientSecurity::tls_custom(
+            pki.ca_pem(),
+            Some((pki.client.cert_pem(), pki.client.key_pem())),
+        )
+    }
+
+    /// TLS with the test CA and no client certificate.
+    pub fn tls_without_identity() -> ClientSecurity {
+        ClientSecurity::tls_custom(pki().ca_pem(), None)
+    }
+
+    pub fn tls_custom(ca_pem: String, identity: Option<(String, String)>) -> ClientSecurity {
+        ClientSecurity {
+            tls: Some(ClientTls {
+                ca_pem,
+                identity,
+                hostname_verification: true,
+            }),
+            ..ClientSecurity::default()
+        }
+    }
+
+    pub fn sasl_digest(user: &str, password: &str) -> ClientSecurity {
+        ClientSecurity {
+            sasl: Some(ClientSasl::DigestMd5 {
+                user: user.to_string(),
+                password: password.to_string(),
+            }),
+            ..ClientSecurity::default()
+        }
+    }
+
+    /// `addauth digest user:password` with the connect.
+    pub fn digest(user: &str, password: &str) -> ClientSecurity {
+        ClientSecurity::default().with_auth("digest", format!("{user}:{password}").as_bytes())
+    }
+
+    /// GSSAPI as `zkclient@ZKLOCK.TEST` (the ticket cache of the shared KDC) to
+    /// `zookeeper/localhost`.
+    #[cfg(feature = "kerberos")]
+    pub fn kerberos() -> ClientSecurity {
+        ClientSecurity {
+            sasl: Some(ClientSasl::Gssapi {
+                hostname: Some("localhost".to_string()),
+            }),
+            ..ClientSecurity::default()
+        }
+    }
+
+    pub fn with_auth(mut self, scheme: &str, auth: &[u8]) -> ClientSecurity {
+        self.auth.push((scheme.to_string(), auth.to_vec()));
+        self
+    }
+
+    pub fn with_fail_eagerly(mut self) -> ClientSecurity {
+        self.fail_eagerly = true;
+        self
+    }
+
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// A connector with all of this set (use `secure_connect` if [`Self::uses_tls`]).
+    pub fn connector(&self, session_timeout: Duration) -> Result<zk::Connector, zk::Error> {
+        let mut connector = zk::Client::connector().with_session_timeout(session_timeout);
+        if let Some(tls) = &self.tls {
+            let mut options = zk::TlsOptions::new().with_pem_ca(&tls.ca_pem)?;
+            if let Some((cert, key)) = &tls.identity {
+                options = options.with_pem_identity(cert, key)?;
+            }
+            if !tls.hostname_verification {
+                // SAFETY: not memory safety: the crate marks this `unsafe` because it
+                // allows man-in-the-middle attacks; tests opt out on purpose.
+                options = unsafe { options.with_no_hostname_verification() };
+            }
+            connector = connector.with_tls(options);
+        }
+        match &self.sasl {
+            None => {}
+            Some(ClientSasl::DigestMd5 { user, password }) => {
+                connector = connector
+                    .with_sasl(zk::SaslOptions::digest_md5(user.clone(), password.clone()));
+            }
+            #[cfg(feature = "kerberos")]
+            Some(ClientSasl::Gssapi { hostname }) => {
+                let mut options = zk::SaslOptions::gssapi();
+                if let Some(hostname) = hostname {
+                    options = options.with_hostname(hostname.clone());
+                }
+                connector = connector.with_sasl(options);
+            }
+        }
+        for (scheme, auth) in &self.auth {
+            connector = connector.with_auth(scheme, auth);
+        }
+        if self.fail_eagerly {
+            connector = connector.with_fail_eagerly();
+        }
+        Ok(connector)
     }
 }

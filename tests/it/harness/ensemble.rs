@@ -38,18 +38,22 @@ impl Ensemble {
     /// Starts `n` members on new ports, all at once: no member can serve before a
     /// quorum is up anyway.
     fn spawn(n: usize, opts: &ServerOptions) -> Ensemble {
-        let ports = node::free_ports(3 * n);
+        let tls = opts.security.uses_tls();
+        let per = if tls { 4 } else { 3 };
+        let ports = node::free_ports(per * n);
         let servers: String = (0..n)
             .map(|i| {
-                let (quorum, election) = (ports[3 * i + 1], ports[3 * i + 2]);
+                let (quorum, election) = (ports[per * i + 1], ports[per * i + 2]);
                 format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1)
             })
             .collect();
         let mut members: Vec<Node> = (0..n)
             .map(|i| {
-                let client = ports[3 * i];
+                let client = ports[per * i];
+                let secure = tls.then(|| ports[per * i + 3]);
                 let name = format!("zk-member-{i}:{client}");
-                Node::new(name, node::QUORUM_MAIN, client, Some(i + 1), &servers, opts)
+                let main = node::QUORUM_MAIN;
+                Node::new(name, main, client, secure, Some(i + 1), &servers, opts)
             })
             .collect();
         for member in &mut members {
@@ -65,12 +69,12 @@ impl Ensemble {
         self.members.len()
     }
 
-    /// All members: `127.0.0.1:P1,127.0.0.1:P2,...`
+    /// All members: `127.0.0.1:P1,127.0.0.1:P2,...` (their TLS ports if they have TLS).
     pub fn connect_string(&self) -> String {
         let addrs: Vec<String> = self
             .members
             .iter()
-            .map(|m| m.client_addr().to_string())
+            .map(|m| m.connect_addr().to_string())
             .collect();
         addrs.join(",")
     }
@@ -79,7 +83,13 @@ impl Ensemble {
         self.addr(i).to_string()
     }
 
+    /// Where clients connect to member `i` (its TLS port if it has TLS).
     pub fn addr(&self, i: usize) -> SocketAddr {
+        self.members[i].connect_addr()
+    }
+
+    /// Member `i`'s plain client port (for a TLS ensemble: the harness's 4lw probes only).
+    pub fn plain_addr(&self, i: usize) -> SocketAddr {
         self.members[i].client_addr()
     }
 
@@ -188,6 +198,11 @@ impl Ensemble {
 
     pub fn try_four_letter(&self, i: usize, cmd: &str) -> io::Result<String> {
         self.members[i].four_letter(cmd)
+    }
+
+    /// A 4-letter word to member `i`'s TLS port (see [`super::ZkServer::four_letter_tls`]).
+    pub fn try_four_letter_tls(&self, i: usize, cmd: &str) -> io::Result<String> {
+        self.members[i].four_letter_tls(cmd)
     }
 
     pub fn log_tail(&self, i: usize, n: usize) -> String {

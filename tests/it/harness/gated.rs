@@ -52,6 +52,16 @@ impl Gated {
         self.dir.path().join(name)
     }
 
+    /// zklock's pid.
+    pub fn pid(&self) -> u32 {
+        self.zklock.id()
+    }
+
+    /// zklock's exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.zklock.try_wait().expect("try_wait")
+    }
+
     pub fn started(&self) -> bool {
         self.file("pid").exists()
     }

@@ -11,17 +11,20 @@ mod frames;
 mod gated;
 mod holder;
 mod kazoo;
+mod kdc;
 mod node;
+mod pki;
 mod process;
 mod proxy;
 mod pty;
+mod security;
 mod server;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-pub use client::{Inspector, Stat};
+pub use client::{ClientSasl, ClientSecurity, ClientTls, Inspector, Stat};
 pub use cmd::{
     Entry, EntryKind, KillOnDrop, LockLog, signal, unique_path, wait_for_exit, wait_for_file,
     zklock, zklock_run,
@@ -33,11 +36,17 @@ pub use holder::{
     wait_no_lock_nodes,
 };
 pub use kazoo::{KazooKind, KazooLock, python};
+pub use kdc::{KRB_CLIENT, KRB_CLIENT_PASSWORD, KRB_OTHER_CLIENT, Kdc, REALM, kdc, krb5_dir};
+pub use pki::{CLIENT_DN, CLIENT_SUBJECT, CertKey, Pki, pki};
 pub use process::{
     KillGroupOnDrop, Outcome, assert_no_nodes, pid_alive, read_pid_file, run_bounded, wait_pid_gone,
 };
 pub use proxy::{FaultProxy, Mode};
 pub use pty::Pty;
+pub use security::{
+    ClientAuth, SASL_OTHER_PASSWORD, SASL_OTHER_USER, SASL_PASSWORD, SASL_USER, SaslServer,
+    Security, ServerCert, TlsServer,
+};
 pub use server::{ServerOptions, ZkServer, shared_server};
 
 /// Polls `cond` until it holds; panics with `description` after `timeout`.

@@ -17,6 +17,13 @@ const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 const JAVA: &str = "/usr/bin/java";
 // The Debian classpath has slf4j-api but no binding, so without this the log is empty.
 const SLF4J_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
+// NettyServerCnxnFactory (needed for TLS) uses Netty jars that zookeeper.jar's manifest
+// classpath lacks; Debian's libnetty-java (a dependency of zookeeper) ships them.
+const NETTY_EXTRA: [&str; 3] = [
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+    "/usr/share/java/netty-transport-native-unix-common.jar",
+];
 const FOUR_LETTER_TIMEOUT: Duration = Duration::from_secs(5);
 // ZooKeeper 3.8.0 answers a 4-letter word that arrives before its database exists, then
 // fails to close the connection (NullPointerException in removeCnxn), so a probe that
@@ -64,7 +71,7 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 /// threads (one per test), and a helper thread may start a server that outlives it, so
 /// forking from the calling thread would kill servers early. Every server is therefore
 /// forked from this one long-lived thread, and dies exactly when the process does.
-fn spawn_from_keeper_thread(cmd: Command) -> io::Result<Child> {
+pub(crate) fn spawn_from_keeper_thread(cmd: Command) -> io::Result<Child> {
     static KEEPER: OnceLock<mpsc::Sender<SpawnRequest>> = OnceLock::new();
     let keeper = KEEPER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
@@ -83,7 +90,7 @@ fn spawn_from_keeper_thread(cmd: Command) -> io::Result<Child> {
     rx.recv().expect("spawner thread dropped the request")
 }
 
-fn set_parent_death_signal(cmd: &mut Command) {
+pub(crate) fn set_parent_death_signal(cmd: &mut Command) {
     // The child's parent is a thread of this process, and getppid reports its process id.
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
@@ -113,6 +120,54 @@ pub(crate) fn four_letter_at(addr: SocketAddr, cmd: &str, timeout: Duration) -> 
     Ok(answer)
 }
 
+/// Sends a 4-letter word over TLS to a secure client port (with `openssl s_client`,
+/// the test CA and the test client certificate) and returns the answer.
+///
+/// Over TLS, `cons` lists the TLS connections; over the plain port only plain ones.
+pub(crate) fn four_letter_tls_at(
+    addr: SocketAddr,
+    cmd: &str,
+    timeout: Duration,
+) -> io::Result<String> {
+    let pki = super::pki::pki();
+    let mut child = Command::new("openssl")
+        .args(["s_client", "-quiet", "-verify_return_error", "-connect"])
+        .arg(addr.to_string())
+        .arg("-CAfile")
+        .arg(&pki.ca)
+        .arg("-cert")
+        .arg(&pki.client.cert)
+        .arg("-key")
+        .arg(&pki.client.key)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(cmd.as_bytes())?;
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut answer = String::new();
+        stdout.read_to_string(&mut answer).map(|_| answer)
+    });
+    let deadline = Instant::now() + timeout;
+    while child.try_wait()?.is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "openssl s_client timed out",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reader.join().expect("reader thread")
+}
+
 /// The `Mode:` line of a `srvr` answer, if the server is serving.
 pub(crate) fn parse_mode(srvr: &str) -> Option<String> {
     srvr.lines()
@@ -134,6 +189,7 @@ pub(crate) struct Node {
     jvm_args: Vec<String>,
     dir: TempDir,
     client_addr: SocketAddr,
+    secure_addr: Option<SocketAddr>,
     start_timeout: Duration,
     child: Option<Child>,
     paused: bool,
@@ -141,16 +197,26 @@ pub(crate) struct Node {
 
 impl Node {
     /// Writes the config (and `myid` for ensemble members); does not start the process.
+    ///
+    /// `secure_port` is the TLS client port, needed if and only if `opts.security` uses
+    /// TLS; `client_port` stays plain (the harness's 4-letter-word probes use it).
     pub(crate) fn new(
         name: String,
         main_class: &'static str,
         client_port: u16,
+        secure_port: Option<u16>,
         myid: Option<usize>,
         extra_config: &str,
         opts: &ServerOptions,
     ) -> Node {
         require_zookeeper();
+        assert_eq!(
+            secure_port.is_some(),
+            opts.security.uses_tls(),
+            "a secure port goes with TLS, and only with it"
+        );
         let dir = TempDir::new();
+        let (security_config, security_jvm_args) = opts.security.configure(dir.path(), secure_port);
         let data_dir = dir.path().join("data");
         fs::create_dir(&data_dir).expect("create data dir");
         if let Some(id) = myid {
@@ -169,6 +235,7 @@ impl Node {
              4lw.commands.whitelist=*\n\
              admin.enableServer=false\n\
              forceSync=no\n\
+             {security_config}\
              {extra_config}",
             tick = opts.tick_time.as_millis(),
             init = opts.init_limit,
@@ -201,20 +268,33 @@ impl Node {
             ));
             jvm_args.push("-Dznode.container.maxPerMinute=10000".to_string());
         }
+        jvm_args.extend(security_jvm_args);
         Node {
             name,
             main_class,
             jvm_args,
             dir,
             client_addr: SocketAddr::from(([127, 0, 0, 1], client_port)),
+            secure_addr: secure_port.map(|port| SocketAddr::from(([127, 0, 0, 1], port))),
             start_timeout: opts.start_timeout,
             child: None,
             paused: false,
         }
     }
 
+    /// The plain client port, which the harness's 4-letter-word probes use.
     pub(crate) fn client_addr(&self) -> SocketAddr {
         self.client_addr
+    }
+
+    /// The TLS client port, if the server has one.
+    pub(crate) fn secure_addr(&self) -> Option<SocketAddr> {
+        self.secure_addr
+    }
+
+    /// Where clients connect: the TLS port if there is one, else the plain one.
+    pub(crate) fn connect_addr(&self) -> SocketAddr {
+        self.secure_addr.unwrap_or(self.client_addr)
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -248,6 +328,11 @@ impl Node {
         let mut classpath = ZOOKEEPER_JAR.to_string();
         if Path::new(SLF4J_BINDING).exists() {
             classpath = format!("{classpath}:{SLF4J_BINDING}");
+        }
+        for jar in NETTY_EXTRA {
+            if Path::new(jar).exists() {
+                classpath = format!("{classpath}:{jar}");
+            }
         }
         let mut cmd = Command::new(JAVA);
         cmd.args(&self.jvm_args)
@@ -356,6 +441,12 @@ impl Node {
         four_letter_at(self.client_addr, cmd, FOUR_LETTER_TIMEOUT)
     }
 
+    /// A 4-letter word over the TLS port (panics if there is none).
+    pub(crate) fn four_letter_tls(&self, cmd: &str) -> io::Result<String> {
+        let addr = self.secure_addr.expect("the server has no TLS port");
+        four_letter_tls_at(addr, cmd, FOUR_LETTER_TIMEOUT)
+    }
+
     fn send(&self, sig: libc::c_int) {
         let pid = self
             .pid()
@@ -456,6 +547,7 @@ fn a_server_whose_port_is_taken_says_so() {
         format!("zk-port-taken:{port}"),
         STANDALONE_MAIN,
         port,
+        None,
         None,
         "",
         &ServerOptions::default(),

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::node::{self, Node};
+use super::security::Security;
 
 /// Server settings. The defaults keep session tests short: with a 100 ms tick the
 /// server checks expiry often, and sessions may be as short as 400 ms.
@@ -23,6 +24,8 @@ pub struct ServerOptions {
     pub sync_limit: u32,
     /// How long to wait for a (re)started server to serve.
     pub start_timeout: Duration,
+    /// TLS, SASL and auth enforcement; the default is a plain server.
+    pub security: Security,
 }
 
 impl Default for ServerOptions {
@@ -37,6 +40,7 @@ impl Default for ServerOptions {
             init_limit: 50,
             sync_limit: 20,
             start_timeout: Duration::from_secs(60),
+            security: Security::default(),
         }
     }
 }
@@ -54,9 +58,10 @@ impl ZkServer {
 
     pub fn start_with(opts: ServerOptions) -> ZkServer {
         for _ in 0..node::START_ATTEMPTS {
-            let port = node::free_ports(1)[0];
+            let ports = node::free_ports(2);
+            let (port, secure) = (ports[0], opts.security.uses_tls().then_some(ports[1]));
             let name = format!("zk-standalone:{port}");
-            let mut node = Node::new(name, node::STANDALONE_MAIN, port, None, "", &opts);
+            let mut node = Node::new(name, node::STANDALONE_MAIN, port, secure, None, "", &opts);
             node.spawn();
             if node.try_wait_serving().is_ok() {
                 return ZkServer { node };
@@ -65,13 +70,26 @@ impl ZkServer {
         panic!("no free port held for {} starts", node::START_ATTEMPTS);
     }
 
-    /// `127.0.0.1:PORT`
+    /// `127.0.0.1:PORT`: the TLS port for a TLS server (connect with TLS, e.g.
+    /// `Connector::secure_connect`), else the plain one.
     pub fn connect_string(&self) -> String {
         self.addr().to_string()
     }
 
+    /// The address clients connect to (the TLS port for a TLS server).
     pub fn addr(&self) -> SocketAddr {
+        self.node.connect_addr()
+    }
+
+    /// The plain client port. For a TLS server it exists only for the harness's
+    /// 4-letter-word probes; nothing secure is enforced on it.
+    pub fn plain_addr(&self) -> SocketAddr {
         self.node.client_addr()
+    }
+
+    /// The TLS client port, if the server has TLS.
+    pub fn secure_addr(&self) -> Option<SocketAddr> {
+        self.node.secure_addr()
     }
 
     /// Panics if the server is not running (stopped or killed).
@@ -114,11 +132,19 @@ impl ZkServer {
     /// Panics if the server does not answer.
     pub fn four_letter(&self, cmd: &str) -> String {
         self.try_four_letter(cmd)
-            .unwrap_or_else(|e| panic!("4-letter word {cmd:?} to {}: {e}", self.addr()))
+            .unwrap_or_else(|e| panic!("4-letter word {cmd:?} to {}: {e}", self.plain_addr()))
     }
 
     pub fn try_four_letter(&self, cmd: &str) -> io::Result<String> {
         self.node.four_letter(cmd)
+    }
+
+    /// A 4-letter word over the TLS port, as the test client certificate (with
+    /// `openssl s_client`). `cons` lists TLS sessions only this way. Panics on no answer.
+    pub fn four_letter_tls(&self, cmd: &str) -> String {
+        self.node
+            .four_letter_tls(cmd)
+            .unwrap_or_else(|e| panic!("4-letter word {cmd:?} over TLS to {}: {e}", self.addr()))
     }
 
     /// The last `n` lines of the server's stdout/stderr, for diagnosing failures.

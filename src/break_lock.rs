@@ -1,0 +1,155 @@
+//! `zklock break PATH`: delete a holder's node, the one that was shown.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use zookeeper_client as zk;
+
+use crate::cli::BreakArgs;
+use crate::exit::{Exit, Failure};
+use crate::lock::directory::{Entry, EntryKind, PathKind};
+use crate::lock::inspect;
+use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::present;
+use crate::report::{print_stdout, say};
+use crate::session::{self, ConnectOptions, Session, retrying};
+
+/// The node to delete, as it was shown.
+struct Target {
+    path: String,
+    czxid: i64,
+    text: String,
+}
+
+pub fn break_lock(args: BreakArgs) -> Result<Exit> {
+    let options = args.connection.connect_options();
+    let lock = args.path.as_str();
+    // No session stays open while a person reads and answers the prompt:
+    // it could expire meanwhile.
+    let Some(target) = session::block_on(find_target(&options, lock, args.node.as_deref()))? else {
+        return Ok(Exit::NotDeleted);
+    };
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::usage(format!(
+                "not deleting {} without confirmation: stdin is not a terminal; add --yes",
+                target.path
+            )));
+        }
+        if !confirmed(&target)? {
+            say(format_args!("nothing deleted"));
+            return Ok(Exit::NotDeleted);
+        }
+    }
+    session::block_on(delete_target(&options, &target))
+}
+
+/// Finds the node to delete: the named one, or the only holder.
+async fn find_target(
+    options: &ConnectOptions,
+    lock: &str,
+    name: Option<&str>,
+) -> Result<Option<Target>> {
+    let session = Session::connect(options).await?;
+    let view = inspect::read_lock(session.client(), lock).await;
+    session.close(&[]).await;
+    let view = view?;
+    let json = present::lock_json(lock, &view, SystemTime::now());
+    let entries: Vec<(&Entry, &present::EntryJson)> = view
+        .holders
+        .iter()
+        .chain(&view.waiting)
+        .zip(json.holders.iter().chain(&json.waiting))
+        .collect();
+    let chosen = match name {
+        Some(name) => entries.iter().find(|(e, _)| e.node.name == name),
+        None => match view.holders.len() {
+            0 => None,
+            1 => entries.first(),
+            n => {
+                return Err(Failure::usage(format!(
+                    "{lock} has {n} holders; name the node to delete with --node (see zklock status {lock})"
+                )));
+            }
+        },
+    };
+    let Some((entry, shown)) = chosen else {
+        match name {
+            Some(name) => say(format_args!("{lock} has no node {name}; nothing deleted")),
+            None => say(format_args!("{lock} is free; nothing deleted")),
+        }
+        return Ok(None);
+    };
+    let dir = match (view.kind, entry.kind) {
+        (PathKind::Semaphore { .. }, EntryKind::Lease) => format!("{lock}/{SEMAPHORE_LEASES}"),
+        (PathKind::Semaphore { .. }, _) => format!("{lock}/{SEMAPHORE_GATE}"),
+        _ => lock.to_owned(),
+    };
+    let header = present::lock_text(&json);
+    let header = header.lines().next().unwrap_or_default();
+    Ok(Some(Target {
+        path: format!("{dir}/{}", entry.node.name),
+        czxid: entry.node.stat.czxid,
+        text: format!("{header}\n{}", present::entry_text(shown)),
+    }))
+}
+
+fn confirmed(target: &Target) -> Result<bool> {
+    let mut stderr = std::io::stderr();
+    let _ = write!(stderr, "{}delete {}? [y/N] ", target.text, target.path);
+    let _ = stderr.flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
+}
+
+/// Deletes the target if it is still the node shown (same czxid).
+async fn delete_target(options: &ConnectOptions, target: &Target) -> Result<Exit> {
+    let session = Session::connect(options).await?;
+    let result = delete_if_same(session.client(), target).await;
+    session.close(&[]).await;
+    match result? {
+        true => {
+            print_stdout(&format!("deleted {}", target.path));
+            Ok(Exit::Command(0))
+        }
+        false => {
+            say(format_args!(
+                "the holder changed: {} is not the node shown; nothing deleted",
+                target.path
+            ));
+            Ok(Exit::Conflict(75))
+        }
+    }
+}
+
+/// Deletes `target` at the data version just read, so a node replaced or
+/// rewritten in between is never deleted blindly; false if it is gone or
+/// another node now.
+async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
+    // The holder's own writes change the version; a few tries outlast them.
+    for _ in 0..5 {
+        let stat = match retrying(|| client.get_data(&target.path)).await {
+            Err(zk::Error::NoNode) => return Ok(false),
+            result => {
+                result
+                    .with_context(|| format!("reading {}", target.path))?
+                    .1
+            }
+        };
+        if stat.czxid != target.czxid {
+            return Ok(false);
+        }
+        match retrying(|| client.delete(&target.path, Some(stat.version))).await {
+            Ok(()) => return Ok(true),
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(zk::Error::BadVersion) => continue,
+            Err(err) => return Err(err).with_context(|| format!("deleting {}", target.path)),
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,357 @@
+//! What a lock directory holds, read from its children, their stats and
+//! data: the one parser behind `status`, `list` and `break` (pure; the
+//! reads are in `inspect.rs`). Holders and waiters are told apart with the
+//! same predicate the acquire loop uses (`recipe::standing`).
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lock::recipe::{self, Class, LEASE, LOCK, READ, WRITE};
+
+/// The server's view of one node: what `status` shows of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeStat {
+    pub czxid: i64,
+    /// Creation and last data change, milliseconds since the epoch, server clock.
+    pub ctime: i64,
+    pub mtime: i64,
+    pub version: i32,
+    pub ephemeral_owner: i64,
+}
+
+/// A child of a lock directory as read from the server.
+#[derive(Debug, Clone)]
+pub struct ChildNode {
+    pub name: String,
+    pub stat: NodeStat,
+    pub data: Vec<u8>,
+}
+
+/// What zklock writes into its nodes (every field optional: older versions
+/// and other clients write less, or something else).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The command's pid once it runs; zklock's own before that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zklock_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Set by the write zklock makes once it holds the lock; that write's
+    /// mtime is when the lock was taken, on the server's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired: Option<bool>,
+}
+
+impl HolderData {
+    pub fn parse(data: &[u8]) -> Option<HolderData> {
+        let parsed: HolderData = serde_json::from_slice(data).ok()?;
+        (parsed.host.is_some() || parsed.pid.is_some()).then_some(parsed)
+    }
+}
+
+/// Which client made a node, judged from its name and data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Client {
+    Zklock,
+    /// Curator's names without zklock's data.
+    Curator,
+    Kazoo,
+}
+
+/// How a node takes part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// Exclusive (`-lock-`, kazoo's `__lock__`) or a semaphore's gate.
+    Lock,
+    Read,
+    Write,
+    Lease,
+}
+
+/// One holder or waiter.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub node: ChildNode,
+    pub kind: EntryKind,
+    pub client: Client,
+    pub holder: Option<HolderData>,
+    /// When it took the lock (holders) or queued (waiters): server clock, ms.
+    pub since: i64,
+}
+
+/// What a lock path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    /// No contender at all (or the path does not exist).
+    Free,
+    Exclusive,
+    /// Readers and writers (read/write nodes present).
+    Shared,
+    Semaphore {
+        limit: u32,
+    },
+}
+
+/// A lock path's holders and queue, in order.
+#[derive(Debug, Clone)]
+pub struct LockView {
+    pub kind: PathKind,
+    pub holders: Vec<Entry>,
+    pub waiting: Vec<Entry>,
+}
+
+impl LockView {
+    pub fn free() -> LockView {
+        LockView {
+            kind: PathKind::Free,
+            holders: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.holders.is_empty() && self.waiting.is_empty()
+    }
+}
+
+/// The view of a plain (exclusive or read/write) lock directory.
+pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
+    let mut contenders: Vec<(i32, Class, ChildNode)> = children
+        .into_iter()
+        .filter_map(|node| {
+            let contender = recipe::parse_contender(&node.name)?;
+            Some((contender.seq, contender.class, node))
+        })
+        .collect();
+    contenders.sort_by(|a, b| recipe::seq_order(a.0, b.0));
+    let classes: Vec<Class> = contenders.iter().map(|(_, class, _)| *class).collect();
+    let mut holders = Vec::new();
+    let mut waiting = Vec::new();
+    for ((_, class, node), held) in contenders.into_iter().zip(recipe::holding(&classes)) {
+        let kind = entry_kind(&node.name, class);
+        let entry = entry(node, kind, held);
+        if held {
+            holders.push(entry);
+        } else {
+            waiting.push(entry);
+        }
+    }
+    let shared = holders
+        .iter()
+        .chain(&waiting)
+        .any(|e| matches!(e.kind, EntryKind::Read | EntryKind::Write));
+    let kind = match (holders.is_empty() && waiting.is_empty(), shared) {
+        (true, _) => PathKind::Free,
+        (false, true) => PathKind::Shared,
+        (false, false) => PathKind::Exclusive,
+    };
+    LockView {
+        kind,
+        holders,
+        waiting,
+    }
+}
+
+/// The view of a semaphore of `limit`: `leases` and the `gate` queue. The
+/// first `limit` leases hold; a lease beyond them belongs to the gate holder
+/// still waiting for a permit. A gate node whose session also has a lease is
+/// that lease's owner passing through and is not shown twice.
+pub fn semaphore(limit: u32, leases: Vec<ChildNode>, gate: Vec<ChildNode>) -> LockView {
+    let mut leases = sorted(leases, LEASE);
+    let waiting_leases = leases.split_off(leases.len().min(limit as usize));
+    let sessions: Vec<i64> = leases
+        .iter()
+        .chain(&waiting_leases)
+        .map(|n| n.stat.ephemeral_owner)
+        .collect();
+    let gate = sorted(gate, LOCK)
+        .into_iter()
+        .filter(|n| !sessions.contains(&n.stat.ephemeral_owner));
+    LockView {
+        kind: PathKind::Semaphore { limit },
+        holders: leases
+            .into_iter()
+            .map(|n| entry(n, EntryKind::Lease, true))
+            .collect(),
+        waiting: waiting_leases
+            .into_iter()
+            .map(|n| entry(n, EntryKind::Lease, false))
+            .chain(gate.map(|n| entry(n, EntryKind::Lock, false)))
+            .collect(),
+    }
+}
+
+/// Children named `..<marker><seq>`, in sequence order.
+fn sorted(nodes: Vec<ChildNode>, marker: &str) -> Vec<ChildNode> {
+    let mut numbered: Vec<(i32, ChildNode)> = nodes
+        .into_iter()
+        .filter_map(|n| Some((sequence_after(&n.name, marker)?, n)))
+        .collect();
+    numbered.sort_by(|a, b| recipe::seq_order(a.0, b.0));
+    numbered.into_iter().map(|(_, n)| n).collect()
+}
+
+fn sequence_after(name: &str, marker: &str) -> Option<i32> {
+    let at = name.rfind(marker)?;
+    let suffix = &name[at + marker.len()..];
+    let seq: i32 = suffix.parse().ok()?;
+    (format!("{seq:010}") == suffix).then_some(seq)
+}
+
+fn entry_kind(name: &str, class: Class) -> EntryKind {
+    if name.contains(READ) || class == Class::Reader {
+        EntryKind::Read
+    } else if name.contains(WRITE) {
+        EntryKind::Write
+    } else {
+        EntryKind::Lock
+    }
+}
+
+fn entry(node: ChildNode, kind: EntryKind, held: bool) -> Entry {
+    let holder = HolderData::parse(&node.data);
+    let client = if !node.name.starts_with("_c_") {
+        Client::Kazoo
+    } else if holder.is_some() {
+        Client::Zklock
+    } else {
+        Client::Curator
+    };
+    // Only a zklock holder records when it took the lock; for the others
+    // the best known time is when they queued.
+    let acquired = held && holder.as_ref().and_then(|h| h.acquired) == Some(true);
+    let since = if acquired {
+        node.stat.mtime
+    } else {
+        node.stat.ctime
+    };
+    Entry {
+        node,
+        kind,
+        client,
+        holder,
+        since,
+    }
+}
+
+/// Orders lock paths for output: bytewise, as they are taken.
+pub fn path_order(a: &str, b: &str) -> Ordering {
+    a.as_bytes().cmp(b.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
+        ChildNode {
+            name: name.into(),
+            stat: NodeStat {
+                czxid,
+                ctime: czxid * 1000,
+                mtime: czxid * 1000 + 500,
+                version: 0,
+                ephemeral_owner: owner,
+            },
+            data: data.as_bytes().to_vec(),
+        }
+    }
+
+    const OURS: &str = r#"{"host":"web1","pid":7,"user":"deploy","command":"./job.sh","version":"0.1.0","acquired":true}"#;
+
+    #[test]
+    fn exclusive_holder_and_queue_in_order() {
+        let view = plain_lock(vec![
+            node("_c_b-lock-0000000002", 2, 20, "{}"),
+            node("unrelated", 9, 0, ""),
+            node("_c_a-lock-0000000001", 1, 10, OURS),
+            node("0f3a__lock__0000000003", 3, 30, "10.0.0.7"),
+        ]);
+        assert_eq!(view.kind, PathKind::Exclusive);
+        let names = |e: &[Entry]| e.iter().map(|e| e.node.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&view.holders), ["_c_a-lock-0000000001"]);
+        assert_eq!(
+            names(&view.waiting),
+            ["_c_b-lock-0000000002", "0f3a__lock__0000000003"]
+        );
+        assert_eq!(view.holders[0].client, Client::Zklock);
+        // Acquired: the time of the write that said so.
+        assert_eq!(view.holders[0].since, 1500);
+        assert_eq!(view.waiting[0].client, Client::Curator);
+        assert_eq!(view.waiting[0].since, 2000);
+        assert_eq!(view.waiting[1].client, Client::Kazoo);
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_waits() {
+        let view = plain_lock(vec![
+            node("_c_r1-__READ__0000000001", 1, 10, OURS),
+            node("_c_r2-__READ__0000000002", 2, 20, OURS),
+            node("_c_w-__WRIT__0000000003", 3, 30, OURS),
+            node("x__rlock__0000000004", 4, 40, ""),
+        ]);
+        assert_eq!(view.kind, PathKind::Shared);
+        assert_eq!(view.holders.len(), 2);
+        assert!(view.holders.iter().all(|h| h.kind == EntryKind::Read));
+        assert_eq!(view.waiting[0].kind, EntryKind::Write);
+        assert_eq!(view.waiting[1].kind, EntryKind::Read);
+        assert_eq!(view.waiting[1].client, Client::Kazoo);
+    }
+
+    #[test]
+    fn empty_directory_is_free() {
+        let view = plain_lock(vec![node("leftover", 1, 0, "")]);
+        assert_eq!(view.kind, PathKind::Free);
+        assert!(view.is_free());
+    }
+
+    #[test]
+    fn semaphore_holders_pending_lease_and_gate_queue() {
+        let view = semaphore(
+            2,
+            vec![
+                node("_c_c-lease-0000000003", 3, 30, OURS),
+                node("_c_a-lease-0000000001", 1, 10, OURS),
+                node("_c_b-lease-0000000002", 2, 20, OURS),
+            ],
+            vec![
+                // The gate holder (session 30) waiting with its lease.
+                node("_c_g-lock-0000000005", 5, 30, OURS),
+                node("_c_h-lock-0000000006", 6, 60, OURS),
+            ],
+        );
+        assert_eq!(view.kind, PathKind::Semaphore { limit: 2 });
+        let names = |e: &[Entry]| e.iter().map(|e| e.node.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&view.holders),
+            ["_c_a-lease-0000000001", "_c_b-lease-0000000002"]
+        );
+        assert_eq!(
+            names(&view.waiting),
+            ["_c_c-lease-0000000003", "_c_h-lock-0000000006"]
+        );
+    }
+
+    #[test]
+    fn holder_data_of_other_clients_is_not_ours() {
+        assert_eq!(HolderData::parse(b"10.0.0.7"), None);
+        assert_eq!(HolderData::parse(b"{}"), None);
+        assert_eq!(HolderData::parse(b"{\"x\":1}"), None);
+        let ours = HolderData::parse(OURS.as_bytes()).unwrap();
+        assert_eq!(ours.host.as_deref(), Some("web1"));
+        assert_eq!(ours.acquired, Some(true));
+    }
+}

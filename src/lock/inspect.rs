@@ -1,0 +1,231 @@
+//! Reading lock directories for `status`, `list` and `break`: many reads in
+//! flight at once (multi-reads, batched), interpreted by `directory.rs`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use anyhow::{Context, Result};
+use zookeeper_client as zk;
+
+use crate::lock::directory::{self, ChildNode, LockView, NodeStat};
+use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::session::retrying;
+
+/// Operations per multi-read: small enough that an answer stays far below
+/// the server's 1 MB packet limit even with long names and holder data.
+const BATCH: usize = 100;
+
+/// The holders and queue of the lock at `path`; a missing path is free.
+pub async fn read_lock(client: &zk::Client, path: &str) -> Result<LockView> {
+    let children = match retrying(|| client.list_children(path)).await {
+        Err(zk::Error::NoNode) => return Ok(LockView::free()),
+        result => result.with_context(|| format!("listing {path}"))?,
+    };
+    if recipe::looks_like_semaphore(&children) {
+        if let Some(limit) = read_limit(client, path).await? {
+            return read_semaphore(client, path, limit).await;
+        }
+    }
+    let contenders: Vec<String> = children
+        .into_iter()
+        .filter(|c| recipe::parse_contender(c).is_some())
+        .collect();
+    let nodes = read_nodes(client, path, &contenders).await?;
+    Ok(directory::plain_lock(nodes))
+}
+
+/// A semaphore's limit: the data of its directory, if it is one.
+async fn read_limit(client: &zk::Client, path: &str) -> Result<Option<u32>> {
+    match retrying(|| client.get_data(path)).await {
+        Err(zk::Error::NoNode) => Ok(None),
+        result => Ok(recipe::decode_limit(
+            &result.with_context(|| format!("reading {path}"))?.0,
+        )),
+    }
+}
+
+async fn read_semaphore(client: &zk::Client, path: &str, limit: u32) -> Result<LockView> {
+    let mut parts = Vec::new();
+    for part in [SEMAPHORE_LEASES, SEMAPHORE_GATE] {
+        let dir = format!("{path}/{part}");
+        let names = match retrying(|| client.list_children(&dir)).await {
+            Err(zk::Error::NoNode) => Vec::new(),
+            result => result.with_context(|| format!("listing {dir}"))?,
+        };
+        parts.push(read_nodes(client, &dir, &names).await?);
+    }
+    let gate = parts.pop().unwrap_or_default();
+    let leases = parts.pop().unwrap_or_default();
+    Ok(directory::semaphore(limit, leases, gate))
+}
+
+/// Data and stat of the children `names` of `dir`; those deleted meanwhile
+/// are left out.
+async fn read_nodes(client: &zk::Client, dir: &str, names: &[String]) -> Result<Vec<ChildNode>> {
+    let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
+    let results = multi_read(client, &paths, Read::Data).await?;
+    Ok(names
+        .iter()
+        .zip(results)
+        .filter_map(|(name, result)| match result {
+            zk::MultiReadResult::Data { data, stat } => Some(ChildNode {
+                name: name.clone(),
+                stat: node_stat(&stat),
+                data,
+            }),
+            _ => None,
+        })
+        .collect())
+}
+
+pub fn node_stat(stat: &zk::Stat) -> NodeStat {
+    NodeStat {
+        czxid: stat.czxid,
+        ctime: stat.ctime,
+        mtime: stat.mtime,
+        version: stat.version,
+        ephemeral_owner: stat.ephemeral_owner,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Read {
+    Data,
+    Children,
+}
+
+/// One read per path, as multi-reads of [`BATCH`] operations, all in flight
+/// at once; the results in the order of `paths`.
+async fn multi_read(
+    client: &zk::Client,
+    paths: &[String],
+    read: Read,
+) -> Result<Vec<zk::MultiReadResult>> {
+    let mut batches: Vec<Pending<'_, _>> = Vec::new();
+    for chunk in paths.chunks(BATCH) {
+        let mut reader = client.new_multi_reader();
+        for path in chunk {
+            match read {
+                Read::Data => reader.add_get_data(path),
+                Read::Children => reader.add_get_children(path),
+            }
+            .with_context(|| format!("bad path {path}"))?;
+        }
+        batches.push(Box::pin(reader.commit()));
+    }
+    let mut results = Vec::with_capacity(paths.len());
+    for batch in join_all(batches).await {
+        results.extend(batch.context("reading the tree")?);
+    }
+    Ok(results)
+}
+
+type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Polls every future until all are done; their outputs in order.
+async fn join_all<T>(futures: Vec<Pending<'_, T>>) -> Vec<T> {
+    let mut slots: Vec<(Pending<'_, T>, Option<T>)> =
+        futures.into_iter().map(|f| (f, None)).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in slots.iter_mut().filter(|(_, o)| o.is_none()) {
+            match future.as_mut().poll(cx) {
+                Poll::Ready(value) => *output = Some(value),
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    slots
+        .into_iter()
+        .map(|(_, output)| output.expect("every future finished"))
+        .collect()
+}
+
+/// Every lock under `prefix` (itself included), with its view, in bytewise
+/// path order. The tree is read level by level, each level in batched
+/// multi-reads all in flight at once; lock nodes (ephemerals) and a
+/// semaphore's own `locks`/`leases` are not descended into.
+pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String, LockView)>> {
+    let mut found = Vec::new();
+    let mut level = vec![prefix.to_owned()];
+    while !level.is_empty() {
+        let listings = multi_read(client, &level, Read::Children).await?;
+        let mut next = Vec::new();
+        let mut semaphores = Vec::new();
+        let mut plain = Vec::new();
+        for (dir, listing) in level.iter().zip(listings) {
+            let zk::MultiReadResult::Children { children } = listing else {
+                continue;
+            };
+            if recipe::looks_like_semaphore(&children) {
+                semaphores.push(dir.clone());
+            } else if children
+                .iter()
+                .any(|c| recipe::parse_contender(c).is_some())
+            {
+                plain.push((dir.clone(), children.clone()));
+            }
+            next.extend(
+                children
+                    .iter()
+                    // ZooKeeper's own subtree holds no locks.
+                    .filter(|c| !(dir == "/" && c.as_str() == "zookeeper"))
+                    .filter(|c| recipe::parse_contender(c).is_none())
+                    .map(|c| child_path(dir, c)),
+            );
+        }
+        for dir in semaphores {
+            if let Some(limit) = read_limit(client, &dir).await? {
+                let gate = format!("{dir}/{SEMAPHORE_GATE}");
+                let leases = format!("{dir}/{SEMAPHORE_LEASES}");
+                next.retain(|p| *p != gate && *p != leases);
+                found.push((dir.clone(), read_semaphore(client, &dir, limit).await?));
+            }
+        }
+        let all_nodes: Vec<String> = plain
+            .iter()
+            .flat_map(|(dir, children)| {
+                children
+                    .iter()
+                    .filter(|c| recipe::parse_contender(c).is_some())
+                    .map(move |c| child_path(dir, c))
+            })
+            .collect();
+        let mut read = multi_read(client, &all_nodes, Read::Data)
+            .await?
+            .into_iter();
+        for (dir, children) in plain {
+            let nodes = children
+                .into_iter()
+                .filter(|c| recipe::parse_contender(c).is_some())
+                .filter_map(|name| match read.next() {
+                    Some(zk::MultiReadResult::Data { data, stat }) => Some(ChildNode {
+                        name,
+                        stat: node_stat(&stat),
+                        data,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            found.push((dir, directory::plain_lock(nodes)));
+        }
+        level = next;
+    }
+    found.sort_by(|a, b| directory::path_order(&a.0, &b.0));
+    Ok(found)
+}
+
+fn child_path(dir: &str, child: &str) -> String {
+    if dir == "/" {
+        format!("/{child}")
+    } else {
+        format!("{dir}/{child}")
+    }
+}

@@ -1,0 +1,251 @@
+//! How the operator commands (`status`, `list`, `break`) show a lock: the
+//! JSON documents (serde structs; field names are a public contract, listed
+//! in the README) and the text lines.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::lock::directory::{Client, Entry, EntryKind, HolderData, LockView, PathKind};
+use crate::lock::holder::escape_controls;
+
+/// One lock path in `zklock status --json`.
+#[derive(Debug, Serialize)]
+pub struct LockJson {
+    pub path: String,
+    /// `free`, `exclusive`, `shared` or `semaphore`.
+    pub kind: &'static str,
+    pub held: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits_used: Option<usize>,
+    pub holders: Vec<EntryJson>,
+    pub waiting: Vec<EntryJson>,
+}
+
+/// A holder or waiter.
+#[derive(Debug, Serialize)]
+pub struct EntryJson {
+    pub node: String,
+    /// `lock`, `read`, `write` or `lease`.
+    pub kind: EntryKind,
+    /// 1 for the first holder, counting on through the queue.
+    pub position: usize,
+    /// `zklock`, `curator` or `kazoo`.
+    pub client: Client,
+    pub fencing_token: i64,
+    pub session_id: String,
+    /// When it took the lock (a zklock holder) or queued: server clock.
+    pub since: String,
+    /// Seconds from `since` to now (this host's clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_seconds: Option<f64>,
+    /// What a zklock holder wrote into its node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<HolderData>,
+    /// Another client's node data, as text, when it is not zklock's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+pub fn kind_name(kind: PathKind) -> &'static str {
+    match kind {
+        PathKind::Free => "free",
+        PathKind::Exclusive => "exclusive",
+        PathKind::Shared => "shared",
+        PathKind::Semaphore { .. } => "semaphore",
+    }
+}
+
+pub fn lock_json(path: &str, view: &LockView, now: SystemTime) -> LockJson {
+    let limit = match view.kind {
+        PathKind::Semaphore { limit } => Some(limit),
+        _ => None,
+    };
+    let entries = |list: &[Entry], held: bool, first: usize| {
+        list.iter()
+            .enumerate()
+            .map(|(i, e)| entry_json(e, first + i, held, now))
+            .collect()
+    };
+    LockJson {
+        path: path.to_owned(),
+        kind: kind_name(view.kind),
+        held: !view.holders.is_empty(),
+        limit,
+        permits_used: limit.map(|_| view.holders.len()),
+        holders: entries(&view.holders, true, 1),
+        waiting: entries(&view.waiting, false, view.holders.len() + 1),
+    }
+}
+
+fn entry_json(entry: &Entry, position: usize, held: bool, now: SystemTime) -> EntryJson {
+    let age = age_seconds(entry.since, now);
+    EntryJson {
+        node: entry.node.name.clone(),
+        kind: entry.kind,
+        position,
+        client: entry.client,
+        fencing_token: entry.node.stat.czxid,
+        session_id: format!("{:#x}", entry.node.stat.ephemeral_owner),
+        since: rfc3339(entry.since),
+        held_seconds: held.then_some(age),
+        waited_seconds: (!held).then_some(age),
+        holder: entry.holder.clone(),
+        data: match entry.holder {
+            Some(_) => None,
+            None => foreign_data(&entry.node.data),
+        },
+    }
+}
+
+/// Another client's data as text: Curator stores the client's IP address,
+/// kazoo an identifier; binary data is not shown.
+fn foreign_data(data: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(data).ok()?.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Server milliseconds since the epoch as RFC 3339, UTC, to the second.
+pub fn rfc3339(millis: i64) -> String {
+    let time = UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64);
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+/// Seconds from a server time to `now`, never negative (clocks differ).
+pub fn age_seconds(millis: i64, now: SystemTime) -> f64 {
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    ((now_ms - millis).max(0) as f64) / 1000.0
+}
+
+/// `3m 12s`: whole seconds, for people.
+pub fn human_age(seconds: f64) -> String {
+    humantime::format_duration(Duration::from_secs(seconds as u64)).to_string()
+}
+
+/// The text block of `zklock status` for one path.
+pub fn lock_text(json: &LockJson) -> String {
+    let mut out = String::new();
+    let state = match (json.held, json.waiting.is_empty()) {
+        (false, true) => "free".to_owned(),
+        (true, _) => format!("held, {} waiting", json.waiting.len()),
+        (false, false) => format!("{} waiting, no holder", json.waiting.len()),
+    };
+    let kind = match (json.kind, json.limit, json.permits_used) {
+        ("free", ..) => String::new(),
+        (_, Some(limit), Some(used)) => format!("semaphore of {limit} ({used} used), "),
+        (kind, ..) => format!("{kind}, "),
+    };
+    out.push_str(&format!("{}: {kind}{state}\n", escape_controls(&json.path)));
+    for entry in json.holders.iter().chain(&json.waiting) {
+        out.push_str(&entry_text(entry));
+    }
+    out
+}
+
+pub fn entry_text(entry: &EntryJson) -> String {
+    let role = match (entry.held_seconds, entry.waited_seconds) {
+        (Some(held), _) => format!("holds for {}", human_age(held)),
+        (_, Some(waited)) => format!("waits for {}", human_age(waited)),
+        _ => String::new(),
+    };
+    let client = match entry.client {
+        Client::Zklock => String::new(),
+        Client::Curator => " (curator)".to_owned(),
+        Client::Kazoo => " (kazoo)".to_owned(),
+    };
+    let kind = serde_json::to_value(entry.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let mut text = format!(
+        "  {:>2}. {role} (since {}), {kind}{client}, token {}, session {}\n      {}\n",
+        entry.position, entry.since, entry.fencing_token, entry.session_id, entry.node
+    );
+    if let Some(who) = entry.holder.as_ref().map(holder_text) {
+        text.push_str(&format!("      {who}\n"));
+    } else if let Some(data) = &entry.data {
+        text.push_str(&format!("      data: {}\n", escape_controls(data)));
+    }
+    text
+}
+
+/// `pid 812 on web1 (user deploy): ./backup.sh`, escaped to one line.
+pub fn holder_text(holder: &HolderData) -> String {
+    let mut text = String::new();
+    if let Some(pid) = holder.pid {
+        text.push_str(&format!("pid {pid}"));
+    }
+    if let Some(zklock) = holder.zklock_pid.filter(|z| Some(*z) != holder.pid) {
+        text.push_str(&format!(" (zklock {zklock})"));
+    }
+    if let Some(host) = &holder.host {
+        text.push_str(&format!(" on {}", escape_controls(host)));
+    }
+    if let Some(user) = &holder.user {
+        text.push_str(&format!(" (user {})", escape_controls(user)));
+    }
+    if let Some(what) = holder.label.as_ref().or(holder.command.as_ref()) {
+        text.push_str(&format!(": {}", escape_controls(what)));
+    }
+    text.trim_start().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::directory::{ChildNode, NodeStat, plain_lock};
+
+    #[test]
+    fn json_fields_and_positions() {
+        let node = |name: &str, czxid: i64, data: &str| ChildNode {
+            name: name.into(),
+            stat: NodeStat {
+                czxid,
+                ctime: 1_700_000_000_000,
+                mtime: 1_700_000_060_000,
+                version: 1,
+                ephemeral_owner: 0x1234,
+            },
+            data: data.as_bytes().to_vec(),
+        };
+        let view = plain_lock(vec![
+            node(
+                "_c_a-lock-0000000001",
+                5,
+                r#"{"host":"h","pid":9,"zklock_pid":8,"acquired":true,"command":"x\ny"}"#,
+            ),
+            node("_c_b-lock-0000000002", 6, "10.0.0.1"),
+        ]);
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_120);
+        let json = lock_json("/l", &view, now);
+        let value = serde_json::to_value(&json).unwrap();
+        assert_eq!(value["kind"], "exclusive");
+        assert_eq!(value["held"], true);
+        let holder = &value["holders"][0];
+        assert_eq!(holder["position"], 1);
+        assert_eq!(holder["fencing_token"], 5);
+        assert_eq!(holder["session_id"], "0x1234");
+        assert_eq!(holder["since"], "2023-11-14T22:14:20Z");
+        assert_eq!(holder["held_seconds"], 60.0);
+        assert_eq!(holder["holder"]["pid"], 9);
+        let waiter = &value["waiting"][0];
+        assert_eq!(waiter["position"], 2);
+        assert_eq!(waiter["client"], "curator");
+        assert_eq!(waiter["waited_seconds"], 120.0);
+        assert_eq!(waiter["data"], "10.0.0.1");
+        let text = lock_text(&json);
+        assert!(
+            text.starts_with("/l: exclusive, held, 1 waiting\n"),
+            "{text}"
+        );
+        assert!(text.contains("pid 9 (zklock 8) on h: x\\ny"), "{text}");
+        assert_eq!(text.lines().count(), 7, "{text}");
+        assert!(text.ends_with("      data: 10.0.0.1\n"), "{text}");
+    }
+}

@@ -1,0 +1,477 @@
+//! Whether an enclosing `zklock run` already holds what a nested run asks
+//! for (pure). The enclosing run says what it holds through the command's
+//! environment (DESIGN.md section 7); `reentry.rs` reads the claimed nodes
+//! in ZooKeeper and this module decides.
+//!
+//! Only the nearest enclosing run is seen: a run on another path in between
+//! overrides the `ZKLOCK_*` variables.
+
+use std::cmp::Ordering;
+
+use crate::lock::recipe::{self, Class, LEASE, LockKind, SEMAPHORE_LEASES, Standing};
+
+/// The `ZKLOCK_*` variables a run inherited.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    pub path: Option<String>,
+    pub node: Option<String>,
+    pub session: Option<String>,
+}
+
+impl Inherited {
+    pub fn from_env() -> Inherited {
+        let var = |name| std::env::var(name).ok();
+        Inherited {
+            path: var("ZKLOCK_PATH"),
+            node: var("ZKLOCK_NODE"),
+            session: var("ZKLOCK_SESSION_ID"),
+        }
+    }
+}
+
+/// How the enclosing run holds a path, from its node's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// An exclusive (`-lock-`) or write (`__WRIT__`) node.
+    Writer,
+    /// A read (`__READ__`) node.
+    Reader,
+    /// A semaphore's lease (`PATH/leases/..-lease-..`).
+    Lease,
+}
+
+/// An enclosing run's claim to hold one of the requested paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub path: String,
+    /// The claimed node's full path.
+    pub node: String,
+    /// The session that must own it.
+    pub session: i64,
+    pub held: Held,
+}
+
+impl Claim {
+    /// The directory whose listing decides whether the node holds.
+    pub fn dir(&self) -> &str {
+        self.node.rsplit_once('/').map_or("", |(dir, _)| dir)
+    }
+
+    fn name(&self) -> &str {
+        &self.node[self.dir().len() + 1..]
+    }
+}
+
+/// For each requested path (in the order given), the enclosing run's claim
+/// on it. An environment that does not parse as zklock's claims none: the
+/// run then takes its locks as usual.
+pub fn claims(inherited: &Inherited, requested: &[&str]) -> Vec<Option<Claim>> {
+    let parsed = parse(inherited).unwrap_or_default();
+    requested
+        .iter()
+        .map(|path| parsed.iter().find(|claim| claim.path == *path).cloned())
+        .collect()
+}
+
+fn parse(inherited: &Inherited) -> Option<Vec<Claim>> {
+    let paths: Vec<&str> = inherited.path.as_deref()?.lines().collect();
+    let nodes: Vec<&str> = inherited.node.as_deref()?.lines().collect();
+    let session = parse_session(inherited.session.as_deref()?)?;
+    if paths.len() != nodes.len() {
+        return None;
+    }
+    let claims = paths
+        .iter()
+        .zip(&nodes)
+        .filter_map(|(path, node)| {
+            Some(Claim {
+                path: path.to_string(),
+                node: node.to_string(),
+                session,
+                held: held_as(path, node)?,
+            })
+        })
+        .collect();
+    Some(claims)
+}
+
+/// One session id in hex (`0x...`), as zklock exports it; repeated on every
+/// line is accepted too.
+fn parse_session(text: &str) -> Option<i64> {
+    let mut ids = text.lines().map(|line| {
+        let hex = line.trim().strip_prefix("0x")?;
+        u64::from_str_radix(hex, 16).ok().map(|id| id as i64)
+    });
+    let first = ids.next()??;
+    ids.all(|id| id == Some(first)).then_some(first)
+}
+
+/// What kind of node of `path` `node` is: a lock node directly under it, or
+/// a lease under its `leases` child; `None` for anything else.
+fn held_as(path: &str, node: &str) -> Option<Held> {
+    let (dir, name) = node.rsplit_once('/')?;
+    if dir == path {
+        return recipe::parse_contender(name).map(|c| match c.class {
+            Class::Writer => Held::Writer,
+            Class::Reader => Held::Reader,
+        });
+    }
+    let leases = dir.strip_prefix(path)?.strip_prefix('/')?;
+    (leases == SEMAPHORE_LEASES && lease_sequence(name).is_some()).then_some(Held::Lease)
+}
+
+fn lease_sequence(name: &str) -> Option<i32> {
+    let at = name.rfind(LEASE)?;
+    recipe::parse_sequence(&name[at + LEASE.len()..])
+}
+
+/// What ZooKeeper showed of a claimed node, all read in one session.
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// The node's ephemeralOwner and czxid; `None` if there is no such node.
+    pub stat: Option<(i64, i64)>,
+    /// The children of the claim's directory (the lock queue, or the leases).
+    pub children: Vec<String>,
+    /// For a lease: the semaphore's limit as stored in PATH.
+    pub limit: Option<u32>,
+}
+
+/// The verdict on one claimed path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The enclosing run holds it in a way that covers the request.
+    Reenter { node: String, czxid: i64 },
+    /// The enclosing run holds it shared and the request is exclusive: the
+    /// nested run would wait for its own ancestor forever.
+    Upgrade,
+    /// The claim is stale (the node is gone, belongs to another session, or
+    /// does not hold) or of another kind: take the path as usual.
+    Normal,
+}
+
+/// Judges `claim` for a request of `kind`, from what ZooKeeper showed.
+pub fn verdict(claim: &Claim, kind: LockKind, observed: &Observed) -> Verdict {
+    let upgrade = match (claim.held, kind) {
+        (Held::Writer, LockKind::Exclusive | LockKind::Write | LockKind::Read) => false,
+        (Held::Reader, LockKind::Read) => false,
+        (Held::Reader, LockKind::Exclusive | LockKind::Write) => true,
+        (Held::Lease, LockKind::Semaphore(limit)) if observed.limit == Some(limit) => false,
+        // A plain lock on a semaphore's path, a semaphore on a plain lock's
+        // path, or another limit: the usual path refuses these (64).
+        _ => return Verdict::Normal,
+    };
+    let Some((owner, czxid)) = observed.stat else {
+        return Verdict::Normal;
+    };
+    if owner != claim.session || !holds(claim, observed) {
+        return Verdict::Normal;
+    }
+    match upgrade {
+        true => Verdict::Upgrade,
+        false => Verdict::Reenter {
+            node: claim.node.clone(),
+            czxid,
+        },
+    }
+}
+
+/// Whether the claimed node holds, recomputed from the listing: a lock node
+/// by the recipe's own predicate, a lease when fewer than the limit precede
+/// it (older leases only ever go, so every held lease passes this).
+fn holds(claim: &Claim, observed: &Observed) -> bool {
+    let name = claim.name();
+    match claim.held {
+        Held::Writer | Held::Reader => recipe::standing(&observed.children, name) == Standing::Held,
+        Held::Lease => {
+            let (Some(mine), Some(limit)) = (lease_sequence(name), observed.limit) else {
+                return false;
+            };
+            let listed = observed.children.iter().any(|c| c == name);
+            let older = observed
+                .children
+                .iter()
+                .filter_map(|c| lease_sequence(c))
+                .filter(|&seq| recipe::seq_order(seq, mine) == Ordering::Less)
+                .count();
+            listed && older < limit as usize
+        }
+    }
+}
+
+/// What a nested run does.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Take the locks as usual.
+    Normal,
+    /// Run at once under the enclosing run's locks: its node and fencing
+    /// token per requested path, in the order given.
+    Reenter(Vec<(String, i64)>),
+    /// Refuse at once (a usage error), with this message.
+    Refuse(String),
+}
+
+/// Combines the verdicts (one per requested path, `None` where nothing was
+/// claimed). All paths re-entered, or none: re-entering some while taking
+/// the others would take locks out of the bytewise order while the
+/// enclosing run holds its own, which can deadlock against a third run.
+pub fn decide(requested: &[&str], kind: LockKind, verdicts: &[Option<Verdict>]) -> Decision {
+    let at = |wanted: fn(&Verdict) -> bool| {
+        requested
+            .iter()
+            .zip(verdicts)
+            .find(|(_, v)| v.as_ref().is_some_and(wanted))
+            .map(|(path, _)| *path)
+    };
+    if let Some(path) = at(|v| *v == Verdict::Upgrade) {
+        let how = match kind {
+            LockKind::Write => "for writing",
+            _ => "exclusively",
+        };
+        return Decision::Refuse(format!(
+            "cannot take {path} {how} inside a zklock run that holds it shared: it would \
+             wait for that run forever; take it exclusively in the enclosing run"
+        ));
+    }
+    let reentered = at(|v| matches!(v, Verdict::Reenter { .. }));
+    let other = requested
+        .iter()
+        .zip(verdicts)
+        .find(|(_, v)| !matches!(v, Some(Verdict::Reenter { .. })))
+        .map(|(path, _)| *path);
+    match (reentered, other) {
+        (None, _) => Decision::Normal,
+        (Some(held), Some(other)) => Decision::Refuse(format!(
+            "{held} is held by the enclosing zklock run but {other} is not: a nested run \
+             takes only locks the enclosing run holds, or none of them (taking {other} \
+             now could deadlock); take {other} in the enclosing run"
+        )),
+        (Some(_), None) => Decision::Reenter(
+            verdicts
+                .iter()
+                .flatten()
+                .filter_map(|v| match v {
+                    Verdict::Reenter { node, czxid } => Some((node.clone(), *czxid)),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: i64 = 0x1000_0abc_0000_0001;
+
+    fn env(path: &str, node: &str, session: &str) -> Inherited {
+        Inherited {
+            path: Some(path.into()),
+            node: Some(node.into()),
+            session: Some(session.into()),
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn claim(path: &str, node: &str) -> Claim {
+        claims(&env(path, node, "0x10000abc00000001"), &[path])[0]
+            .clone()
+            .expect("claimed")
+    }
+
+    fn seen(owner: i64, children: &[&str]) -> Observed {
+        Observed {
+            stat: Some((owner, 4242)),
+            children: names(children),
+            limit: None,
+        }
+    }
+
+    #[test]
+    fn claims_follow_the_lines_of_the_environment() {
+        let inherited = env(
+            "/b\n/a",
+            "/b/_c_u2-lock-0000000003\n/a/_c_u1-__READ__0000000007",
+            "0x10000abc00000001",
+        );
+        let got = claims(&inherited, &["/a", "/c", "/b"]);
+        assert_eq!(got[0].as_ref().unwrap().held, Held::Reader);
+        assert_eq!(got[0].as_ref().unwrap().node, "/a/_c_u1-__READ__0000000007");
+        assert_eq!(got[0].as_ref().unwrap().session, SESSION);
+        assert_eq!(got[1], None);
+        assert_eq!(got[2].as_ref().unwrap().held, Held::Writer);
+        let lease = claim("/s", "/s/leases/_c_u-lease-0000000002");
+        assert_eq!((lease.held, lease.dir()), (Held::Lease, "/s/leases"));
+        // A session id with the top bit set comes back as the same i64.
+        let high = claims(
+            &env("/a", "/a/_c_u-lock-0000000001", "0x8000000000000001"),
+            &["/a"],
+        );
+        assert_eq!(high[0].as_ref().unwrap().session, i64::MIN + 1);
+    }
+
+    #[test]
+    fn malformed_environments_claim_nothing() {
+        let none = |inherited: Inherited| claims(&inherited, &["/a"])[0].is_none();
+        assert!(none(Inherited::default()));
+        assert!(none(env("/a", "/a/_c_u-lock-0000000001", "12")));
+        assert!(none(env("/a", "/a/_c_u-lock-0000000001", "0xzz")));
+        assert!(none(env("/a\n/b", "/a/_c_u-lock-0000000001", "0x1")));
+        assert!(none(env("/a", "/a/_c_u-lock-0000000001", "0x1\n0x2")));
+        // The node must be a lock node of that very path.
+        assert!(none(env("/a", "/b/_c_u-lock-0000000001", "0x1")));
+        assert!(none(env("/a", "/a/b/_c_u-lock-0000000001", "0x1")));
+        assert!(none(env("/a", "/a/unrelated", "0x1")));
+        assert!(none(env("/a", "/a/locks/_c_u-lock-0000000001", "0x1")));
+        assert!(!none(env("/a", "/a/_c_u-lock-0000000001", "0x1\n0x1")));
+    }
+
+    #[test]
+    fn same_kind_or_shared_inside_exclusive_reenters() {
+        let node = "/l/_c_u-lock-0000000001";
+        let writer = claim("/l", node);
+        let observed = seen(SESSION, &["_c_u-lock-0000000001", "_c_v-lock-0000000002"]);
+        for kind in [LockKind::Exclusive, LockKind::Write, LockKind::Read] {
+            assert_eq!(
+                verdict(&writer, kind, &observed),
+                Verdict::Reenter {
+                    node: node.into(),
+                    czxid: 4242
+                },
+                "{kind:?}"
+            );
+        }
+        let reader = claim("/l", "/l/_c_u-__READ__0000000002");
+        let readers = seen(
+            SESSION,
+            &["_c_r-__READ__0000000001", "_c_u-__READ__0000000002"],
+        );
+        assert!(matches!(
+            verdict(&reader, LockKind::Read, &readers),
+            Verdict::Reenter { .. }
+        ));
+    }
+
+    #[test]
+    fn exclusive_inside_shared_is_an_upgrade() {
+        let reader = claim("/l", "/l/_c_u-__READ__0000000002");
+        let observed = seen(SESSION, &["_c_u-__READ__0000000002"]);
+        assert_eq!(
+            verdict(&reader, LockKind::Exclusive, &observed),
+            Verdict::Upgrade
+        );
+        assert_eq!(
+            verdict(&reader, LockKind::Write, &observed),
+            Verdict::Upgrade
+        );
+        let refused = decide(&["/l"], LockKind::Write, &[Some(Verdict::Upgrade)]);
+        assert!(matches!(refused, Decision::Refuse(m) if m.contains("/l for writing")));
+    }
+
+    #[test]
+    fn stale_claims_take_the_usual_path() {
+        let writer = claim("/l", "/l/_c_u-lock-0000000005");
+        let gone = Observed {
+            stat: None,
+            ..seen(SESSION, &[])
+        };
+        assert_eq!(
+            verdict(&writer, LockKind::Exclusive, &gone),
+            Verdict::Normal
+        );
+        let stranger = seen(SESSION + 1, &["_c_u-lock-0000000005"]);
+        assert_eq!(
+            verdict(&writer, LockKind::Exclusive, &stranger),
+            Verdict::Normal
+        );
+        // A node that waits does not hold (an environment no zklock gives).
+        let waiting = seen(SESSION, &["_c_a-lock-0000000004", "_c_u-lock-0000000005"]);
+        assert_eq!(
+            verdict(&writer, LockKind::Exclusive, &waiting),
+            Verdict::Normal
+        );
+        // A stale shared claim is no upgrade: nobody holds it any more.
+        let reader = claim("/l", "/l/_c_u-__READ__0000000002");
+        assert_eq!(
+            verdict(&reader, LockKind::Exclusive, &gone),
+            Verdict::Normal
+        );
+    }
+
+    #[test]
+    fn leases_reenter_a_semaphore_of_the_same_limit() {
+        let lease = claim("/s", "/s/leases/_c_u-lease-0000000003");
+        let mut observed = seen(
+            SESSION,
+            &[
+                "_c_a-lease-0000000001",
+                "_c_u-lease-0000000003",
+                "_c_z-lease-0000000004",
+            ],
+        );
+        observed.limit = Some(2);
+        assert!(matches!(
+            verdict(&lease, LockKind::Semaphore(2), &observed),
+            Verdict::Reenter { .. }
+        ));
+        // Another limit, or a plain lock, on a semaphore: refused as usual.
+        assert_eq!(
+            verdict(&lease, LockKind::Semaphore(3), &observed),
+            Verdict::Normal
+        );
+        assert_eq!(
+            verdict(&lease, LockKind::Exclusive, &observed),
+            Verdict::Normal
+        );
+        // Two leases older than ours under a limit of 2: ours waits.
+        observed.children.push("_c_b-lease-0000000002".into());
+        assert_eq!(
+            verdict(&lease, LockKind::Semaphore(2), &observed),
+            Verdict::Normal
+        );
+        // A semaphore on a plain lock's path: refused as usual.
+        let writer = claim("/s", "/s/_c_u-lock-0000000001");
+        assert_eq!(
+            verdict(
+                &writer,
+                LockKind::Semaphore(2),
+                &seen(SESSION, &["_c_u-lock-0000000001"])
+            ),
+            Verdict::Normal
+        );
+    }
+
+    #[test]
+    fn all_paths_or_none() {
+        let reenter = |node: &str| {
+            Some(Verdict::Reenter {
+                node: node.into(),
+                czxid: 7,
+            })
+        };
+        let kind = LockKind::Exclusive;
+        assert_eq!(decide(&["/a"], kind, &[None]), Decision::Normal);
+        assert_eq!(
+            decide(&["/a", "/b"], kind, &[Some(Verdict::Normal), None]),
+            Decision::Normal
+        );
+        assert_eq!(
+            decide(&["/b", "/a"], kind, &[reenter("/b/n"), reenter("/a/n")]),
+            Decision::Reenter(vec![("/b/n".into(), 7), ("/a/n".into(), 7)])
+        );
+        let partial = decide(&["/a", "/b"], kind, &[reenter("/a/n"), None]);
+        assert!(
+            matches!(&partial, Decision::Refuse(m) if m.starts_with("/a is held by the enclosing zklock run but /b is not")),
+            "{partial:?}"
+        );
+        let stale = decide(
+            &["/a", "/b"],
+            kind,
+            &[Some(Verdict::Normal), reenter("/b/n")],
+        );
+        assert!(matches!(stale, Decision::Refuse(_)));
+    }
+}

@@ -1,0 +1,123 @@
+//! A nested run on locks its enclosing run holds (README "Nested runs").
+//!
+//! The enclosing zklock's `ZKLOCK_*` variables name the nodes it holds. When
+//! every requested path is among them and ZooKeeper confirms each node (it
+//! exists, its ephemeralOwner is that run's session, and it holds), the
+//! command runs at once under those nodes with the same `ZKLOCK_*` values:
+//! nothing is created or deleted. The nested zklock still supervises its
+//! command, and it watches the enclosing run's nodes as a lease watches our
+//! own: the command runs in a process group of its own, which the enclosing
+//! run's kill of its group on losing the lock would miss.
+//!
+//! A node name carries a random uuid, so finding the named node owned by the
+//! named session proves it is the same node, whatever `-z` each run used: a
+//! run through another ensemble or chroot finds nothing and takes its locks
+//! as usual.
+
+use anyhow::{Context, Result};
+use zookeeper_client as zk;
+
+use super::ancestor::{self, Claim, Decision, Held, Inherited, Observed};
+use super::{HeldLock, Plan, command_environment, connect, run_command};
+use crate::command::signals::Signals;
+use crate::exit::{Exit, Failure};
+use crate::lock::acquire::Node;
+use crate::lock::recipe;
+use crate::session::retrying;
+
+/// Runs the command under the enclosing run's locks if it holds them all
+/// (`Some(exit)`), refuses if that cannot work, or leaves the run to the
+/// usual path (`None`). Connects only when the environment claims one of
+/// the requested paths.
+pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Exit>> {
+    let claims = ancestor::claims(&Inherited::from_env(), &plan.paths);
+    let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
+        return Ok(None);
+    };
+    let (session, policy) = match connect(plan, signals).await? {
+        Ok(connected) => connected,
+        Err(exit) => return Ok(Some(exit)),
+    };
+    let mut verdicts = Vec::new();
+    for claim in &claims {
+        let verdict = match claim {
+            Some(claim) => match observe(session.client(), claim).await {
+                Ok(observed) => Some(ancestor::verdict(claim, plan.kind, &observed)),
+                Err(err) => {
+                    let _ = session.close(&[]).await;
+                    return Err(err);
+                }
+            },
+            None => None,
+        };
+        verdicts.push(verdict);
+    }
+    let held = match ancestor::decide(&plan.paths, plan.kind, &verdicts) {
+        Decision::Normal => {
+            let _ = session.close(&[]).await;
+            return Ok(None);
+        }
+        Decision::Refuse(message) => {
+            let _ = session.close(&[]).await;
+            return Err(Failure::usage(message));
+        }
+        Decision::Reenter(held) => held,
+    };
+    let held: Vec<Node> = held
+        .into_iter()
+        .map(|(path, czxid)| Node { path, czxid })
+        .collect();
+    for (path, node) in plan.paths.iter().zip(&held) {
+        plan.report.info(format_args!(
+            "{path} is held by the enclosing zklock run ({}, fencing token {}): running under it",
+            node.path, node.czxid
+        ));
+    }
+    // The same values the enclosing run gave, so a run nested deeper
+    // re-enters too.
+    let env = command_environment(&plan.paths, &plan.paths, &held, owner);
+    let lock = HeldLock {
+        nodes: held.into_iter().map(|node| node.path).collect(),
+        watches: Vec::new(),
+        owner,
+        ours: false,
+    };
+    let exit = run_command(plan, signals, &session, lock, policy, &env).await;
+    let _ = session.close(&[]).await;
+    exit.map(|(exit, _)| Some(exit))
+}
+
+/// Reads what decides a claim, after a sync: a new session may be served
+/// by a member that has not yet seen the enclosing run's node.
+async fn observe(client: &zk::Client, claim: &Claim) -> Result<Observed> {
+    let dir = claim.dir();
+    match retrying(|| client.sync(dir)).await {
+        Ok(_) | Err(zk::Error::NoNode) => {}
+        Err(err) => return Err(err).context(format!("syncing {dir}")),
+    }
+    let stat = match retrying(|| client.get_data(&claim.node)).await {
+        Ok((_, stat)) => (stat.ephemeral_owner, stat.czxid),
+        Err(zk::Error::NoNode) => return Ok(Observed::default()),
+        Err(err) => return Err(err).context(format!("reading {}", claim.node)),
+    };
+    let children = retrying(|| client.list_children(dir))
+        .await
+        .or_else(|err| match err {
+            zk::Error::NoNode => Ok(Vec::new()),
+            err => Err(err),
+        })
+        .with_context(|| format!("listing {dir}"))?;
+    let limit = match claim.held {
+        Held::Lease => match retrying(|| client.get_data(&claim.path)).await {
+            Ok((data, _)) => recipe::decode_limit(&data),
+            Err(zk::Error::NoNode) => None,
+            Err(err) => return Err(err).context(format!("reading {}", claim.path)),
+        },
+        Held::Writer | Held::Reader => None,
+    };
+    Ok(Observed {
+        stat: Some(stat),
+        children,
+        limit,
+    })
+}
