@@ -31,6 +31,9 @@ use crate::cli::Command;
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
+    if command::keeper::is_hidden_mode() {
+        command::keeper::run_hidden_mode();
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return usage_error(err),

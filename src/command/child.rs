@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio::time::{Instant, sleep_until};
 
+use crate::command::keeper::Keeper;
 use crate::command::signals::{Signals, is_terminating};
 use crate::command::spawn;
 use crate::exit::{ErrorKind, Exit, Failure};
@@ -42,9 +43,12 @@ fn foreground_terminal() -> Option<libc::c_int> {
     (0..=2).find(|&fd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() })
 }
 
-/// A running command and its process group (whose id is the command's pid).
+/// A running command and its process group, whose id is its keeper's pid
+/// (keeper.rs: the keeper kills the group if zklock dies).
 pub struct Child {
+    pid: libc::pid_t,
     pgid: libc::pid_t,
+    keeper: Keeper,
     status: Option<ExitStatus>,
     terminal: Option<libc::c_int>,
 }
@@ -57,7 +61,12 @@ impl Child {
             .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
         let terminal = foreground_terminal();
-        let pgid = spawn::launch(argv, env, terminal).map_err(|err| spawn_error(program, err))?;
+        let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
+        let pgid = keeper.pid();
+        // On failure `keeper` is dropped, which kills it.
+        let pid =
+            spawn::launch(argv, env, terminal, pgid).map_err(|err| spawn_error(program, err))?;
+        keeper.command_joined();
         if let Some(fd) = terminal {
             // The child did this too; repeating it closes the race with our
             // own later tcsetpgrp, as shells do.
@@ -65,7 +74,9 @@ impl Child {
             unsafe { libc::tcsetpgrp(fd, pgid) };
         }
         Ok(Child {
+            pid,
             pgid,
+            keeper,
             status: None,
             terminal,
         })
@@ -87,23 +98,25 @@ impl Child {
 
     /// Whether any process of the group is still running. Zombies do not
     /// count: they have exited, and an orphaned zombie lingers until init
-    /// reaps it, which some container inits do late or never.
+    /// reaps it, which some container inits do late or never. Nor does the
+    /// keeper, had it failed to leave the group.
     fn group_alive(&self) -> bool {
         // SAFETY: signal 0 only checks for existence.
         let rc = unsafe { libc::kill(-self.pgid, 0) };
         if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
             return false;
         }
-        group_has_running_member(self.pgid)
+        group_has_running_member(self.pgid, self.keeper.pid())
     }
 
-    /// Reaps our own child. As PID 1 (a container's init) orphans of the
-    /// command become our children too and must be reaped, or as zombies
-    /// they would keep the process group alive forever.
+    /// Reaps our own child, the command (the keeper's zombie is left to
+    /// init once zklock exits, see keeper.rs). As PID 1 (a container's init) orphans of the command become
+    /// our children too and must be reaped, or as zombies they would keep
+    /// the process group alive forever.
     fn reap(&mut self) {
         // SAFETY: getpid has no preconditions.
         let orphans_are_ours = unsafe { libc::getpid() } == 1;
-        let target = if orphans_are_ours { -1 } else { self.pgid };
+        let target = if orphans_are_ours { -1 } else { self.pid };
         loop {
             let mut raw = 0;
             // SAFETY: waitpid writes the status into a local integer.
@@ -111,10 +124,11 @@ impl Child {
             if pid <= 0 {
                 return;
             }
-            if pid == self.pgid {
+            if pid == self.pid {
                 self.status = Some(ExitStatus::from_raw(raw));
                 self.take_back_terminal();
             }
+            self.keeper.note_reaped(pid);
             if !orphans_are_ours {
                 return;
             }
@@ -130,9 +144,9 @@ impl Child {
     }
 }
 
-/// Scans /proc for a process of group `pgid` that is not a zombie; errs on
-/// the side of "alive" when /proc cannot be read.
-fn group_has_running_member(pgid: libc::pid_t) -> bool {
+/// Scans /proc for a process of group `pgid` that is not a zombie, nor
+/// `keeper`; errs on the side of "alive" when /proc cannot be read.
+fn group_has_running_member(pgid: libc::pid_t, keeper: libc::pid_t) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return true;
     };
@@ -140,7 +154,7 @@ fn group_has_running_member(pgid: libc::pid_t) -> bool {
         let is_pid = entry
             .file_name()
             .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()) && n.parse() != Ok(keeper));
         let stat = if is_pid {
             std::fs::read_to_string(entry.path().join("stat")).ok()
         } else {

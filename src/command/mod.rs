@@ -2,5 +2,6 @@
 //! it and its process group until all of it is gone.
 
 pub mod child;
+pub mod keeper;
 pub mod signals;
 pub mod spawn;

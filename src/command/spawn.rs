@@ -1,6 +1,6 @@
 //! Starting the command: a vfork-style clone that gives it a clean signal
-//! state, its own process group, the terminal and a parent-death signal,
-//! then execs it.
+//! state, its process group (the keeper's, see keeper.rs), the terminal and
+//! a parent-death signal, then execs it.
 //!
 //! Why not `std::process::Command` with `pre_exec`: that forks, and copying
 //! zklock's page tables and then faulting on every page it writes afterwards
@@ -31,6 +31,8 @@ struct Plan {
     sh_argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     terminal: Option<libc::c_int>,
+    /// The process group to join; 0 makes a new one led by the child.
+    pgid: libc::pid_t,
     zklock_pid: libc::pid_t,
     /// Set by the child to the errno of its failure before it exits.
     error: AtomicI32,
@@ -39,12 +41,14 @@ struct Plan {
 const STACK_SIZE: usize = 256 * 1024;
 const SH: &[u8] = b"/bin/sh\0";
 
-/// Starts `argv` with `env` added to our environment (overriding); returns
-/// the child's pid, or the errno of the failed exec (ENOENT: not found).
+/// Starts `argv` with `env` added to our environment (overriding) in process
+/// group `pgid` (0: a new group); returns the child's pid, or the errno of
+/// the failed exec (ENOENT: not found).
 pub fn launch(
     argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<libc::c_int>,
+    pgid: libc::pid_t,
 ) -> io::Result<libc::pid_t> {
     let owned_argv: Vec<CString> = argv
         .iter()
@@ -64,6 +68,7 @@ pub fn launch(
             .collect(),
         envp: pointers(&owned_env),
         terminal,
+        pgid,
         // SAFETY: getpid has no preconditions.
         zklock_pid: unsafe { libc::getpid() },
         error: AtomicI32::new(0),
@@ -114,7 +119,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's `Plan`, alive and untouched by the parent
     // (suspended by CLONE_VFORK) until we exec or exit.
     let plan = unsafe { &mut *arg.cast::<Plan>() };
-    let errno = match prepare_child(plan.zklock_pid, plan.terminal) {
+    let errno = match prepare_child(plan.zklock_pid, plan.terminal, plan.pgid) {
         Ok(()) => exec_first(plan),
         Err(errno) => errno,
     };
@@ -161,6 +166,7 @@ fn exec_first(plan: &mut Plan) -> libc::c_int {
 fn prepare_child(
     zklock_pid: libc::pid_t,
     terminal: Option<libc::c_int>,
+    pgid: libc::pid_t,
 ) -> Result<(), libc::c_int> {
     let errno = || {
         // SAFETY: reading errno after a failed call.
@@ -185,17 +191,18 @@ fn prepare_child(
                 );
             }
         }
-        if libc::setpgid(0, 0) != 0 {
+        if libc::setpgid(0, pgid) != 0 {
             return Err(errno());
         }
         if let Some(fd) = terminal {
             // Every signal is still blocked (SIGTTOU among them), so this
-            // succeeds although our new group is not the foreground yet.
-            libc::tcsetpgrp(fd, libc::getpid());
+            // succeeds although our group is not the foreground yet.
+            libc::tcsetpgrp(fd, libc::getpgrp());
         }
         // If zklock dies (even by SIGKILL), the command must not run on
         // without the lock. This fires when the creating thread exits: zklock
         // starts the command from its main thread, which lives as long as zklock.
+        // It reaches this process only; the keeper kills the rest of the group.
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
             return Err(errno());
         }
@@ -329,14 +336,14 @@ mod tests {
 
     #[test]
     fn launches_and_reports_exec_failures() {
-        let pid = launch(&["true".into()], &[], None).expect("true starts");
+        let pid = launch(&["true".into()], &[], None, 0).expect("true starts");
         let mut status = 0;
         // SAFETY: waiting for the child we just started.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-        let missing = launch(&["/nonexistent/zklock-test".into()], &[], None).unwrap_err();
+        let missing = launch(&["/nonexistent/zklock-test".into()], &[], None, 0).unwrap_err();
         assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
-        let directory = launch(&["/".into()], &[], None).unwrap_err();
+        let directory = launch(&["/".into()], &[], None, 0).unwrap_err();
         assert_eq!(directory.raw_os_error(), Some(libc::EACCES));
     }
 }

@@ -34,3 +34,4 @@ mod shared;
 mod signals;
 mod terminal;
 mod usage;
+mod zklock_killed;

@@ -56,7 +56,7 @@ sh -c 'echo $$ > "$1/grandchild"; exec sleep 300' sh "$1"
 "#
     );
     let mut zklock = spawn_script(&path, &PATIENT, &script, dir.path());
-    let _group = KillGroupOnDrop(read_pid_file(&dir.path().join("command"), LONG));
+    let _group = KillGroupOnDrop::of(read_pid_file(&dir.path().join("command"), LONG));
     let grandchild = read_pid_file(&dir.path().join("grandchild"), LONG);
     let held = zk.children(&path);
     assert_eq!(held.len(), 1, "{held:?}");
@@ -103,7 +103,7 @@ fn background_job_started_by_the_command_is_signalled_too() {
     let dir = TempDir::new();
     let script = r#"echo $$ > "$1/command"; sleep 300 & echo $! > "$1/grandchild"; wait"#;
     let mut zklock = spawn_script(&path, &PATIENT, script, dir.path());
-    let _group = KillGroupOnDrop(read_pid_file(&dir.path().join("command"), LONG));
+    let _group = KillGroupOnDrop::of(read_pid_file(&dir.path().join("command"), LONG));
     let grandchild = read_pid_file(&dir.path().join("grandchild"), LONG);
     let sent = Instant::now();
     signal(zklock.id() as i32, libc::SIGTERM);
@@ -121,11 +121,12 @@ fn lock_is_held_until_every_process_of_the_group_exits() {
     let path = unique_path("straggler");
     let dir = TempDir::new();
     let script = r#"(while [ ! -e "$1/go" ]; do sleep 0.02; done; touch "$1/straggler-done") &
+echo $! > "$1/straggler"
 echo $$ > "$1/command"
 "#;
     let mut zklock = spawn_script(&path, &[], script, dir.path());
+    let _group = KillGroupOnDrop::of(read_pid_file(&dir.path().join("straggler"), LONG));
     let command = read_pid_file(&dir.path().join("command"), LONG);
-    let _group = KillGroupOnDrop(command);
     let held = zk.children(&path);
     assert_eq!(held.len(), 1, "{held:?}");
     assert!(wait_pid_gone(command, LONG), "command did not exit");

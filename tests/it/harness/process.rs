@@ -92,12 +92,27 @@ pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Outcome {
 
 /// SIGKILLs a process group when dropped.
 ///
-/// For tests whose command starts children: if the test fails, `KillOnDrop` kills zklock,
-/// and zklock's parent-death signal kills the command, but not the command's children.
-/// zklock makes the command a group leader, so the group id is the command's pid. Its
-/// children keep the group id in use while they live, so it cannot name another group.
+/// For tests whose command starts children: if the test fails (or zklock's keeper does),
+/// the command's children could outlive zklock. The group's id is not the command's pid
+/// (it is zklock's keeper's), so take it from a live member with [`KillGroupOnDrop::of`].
+/// Members keep the group id in use while they live, so it cannot name another group.
 #[derive(Debug)]
 pub struct KillGroupOnDrop(pub i32);
+
+impl KillGroupOnDrop {
+    /// The group of `pid`, which must be alive.
+    pub fn of(pid: i32) -> KillGroupOnDrop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_else(|e| panic!("process {pid} is gone: {e}"));
+        let pgrp = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+            .and_then(|field| field.parse().ok())
+            .unwrap_or_else(|| panic!("no process group in {stat:?}"));
+        assert!(pgrp > 1, "process {pid} is in group {pgrp}");
+        KillGroupOnDrop(pgrp)
+    }
+}
 
 impl Drop for KillGroupOnDrop {
     fn drop(&mut self) {
