@@ -79,7 +79,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__break)
-            opts="-y -z -h -V --node --yes --zookeeper --session-timeout --connect-timeout --help --version"
+            opts="-y -z -h -V --node --record --yes --zookeeper --session-timeout --connect-timeout --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -283,7 +283,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__run)
-            opts="-c -z -x -s -w -n -E -v -q -h -V --command --zookeeper --session-timeout --connect-timeout --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --verbose --quiet --help --version"
+            opts="-c -z -x -s -w -n -E -v -q -h -V --command --zookeeper --session-timeout --connect-timeout --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --once-per --max-runtime --metrics-file --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -339,6 +339,18 @@ _zklock() {
                     ;;
                 --on-disconnect)
                     COMPREPLY=($(compgen -W "lease kill" -- "${cur}"))
+                    return 0
+                    ;;
+                --once-per)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-runtime)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

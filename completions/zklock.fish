@@ -43,6 +43,9 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -s E -l conflict-exit
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l kill-after -d 'After forwarding a terminating signal, or when the lock is lost, kill the command\'s process group if it is still running after DURATION. Default: the largest value that fits the session the ensemble grants, at most 5s (`-v` says which). A value given here that does not fit is refused (exit 64)' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l on-disconnect -d 'What a lost connection means while the command runs: `lease` keeps it running while the session can still come back (until the lease deadline); `kill` treats any disconnection as losing the lock' -r -f -a "lease\t'Keep running until the lease deadline while the session reconnects'
 kill\t'Any disconnection loses the lock'"
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l once-per -d 'Run at most once per DURATION (e.g. `20h`): once the lock is held, skip the command (exit as -E) if the last successful run of PATH started less than DURATION before now, both times read from the ZooKeeper server\'s clock. Runs are recorded in PATH/zklock.record' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l max-runtime -d 'Send SIGTERM to the command\'s process group after it has run for DURATION (waiting for the lock does not count), SIGKILL --kill-after later; zklock then exits 124' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l metrics-file -d 'At exit, write a Prometheus text-format report of the run (for node_exporter\'s textfile collector) to FILE, atomically' -r -F
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s x -l exclusive -d 'Take an exclusive lock (the default): no other holder of any kind'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s s -l shared -d 'Take a shared (read) lock: other readers may hold it at the same time, exclusive and write holders may not'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l write -d 'Take a write lock (Curator\'s `__WRIT__` node), for sharing a path with users of Curator\'s read/write lock; otherwise the same as --exclusive'
@@ -67,6 +70,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand break" -l node -d 'Delete 
 complete -c zklock -n "__fish_zklock_using_subcommand break" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -l record -d 'Delete PATH\'s run record (PATH/zklock.record, written by `run --once-per`) instead of a lock node: the next run then runs'
 complete -c zklock -n "__fish_zklock_using_subcommand break" -s y -l yes -d 'Do not ask; required when stdin is not a terminal'
 complete -c zklock -n "__fish_zklock_using_subcommand break" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand break" -s V -l version -d 'Print version'

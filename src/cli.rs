@@ -1,6 +1,7 @@
 //! The command-line model. Doc comments here are the `--help` text.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -32,6 +33,7 @@ pub enum Command {
     /// Examples:
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
+    ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
     Run(RunArgs),
 
@@ -70,6 +72,7 @@ pub enum Command {
     /// Examples:
     ///   zklock break /locks/nightly-backup
     ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
+    ///   zklock break --record /locks/nightly-backup
     #[command(after_help = BREAK_EXIT_HELP, verbatim_doc_comment)]
     Break(BreakArgs),
 
@@ -167,6 +170,11 @@ pub struct BreakArgs {
     /// the current holder's.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
+
+    /// Delete PATH's run record (PATH/zklock.record, written by
+    /// `run --once-per`) instead of a lock node: the next run then runs.
+    #[arg(long, conflicts_with = "node")]
+    pub record: bool,
 
     /// Do not ask; required when stdin is not a terminal.
     #[arg(short = 'y', long)]
@@ -266,6 +274,24 @@ pub struct RunArgs {
     /// deadline); `kill` treats any disconnection as losing the lock.
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnDisconnect::Lease)]
     pub on_disconnect: OnDisconnect,
+
+    /// Run at most once per DURATION (e.g. `20h`): once the lock is held,
+    /// skip the command (exit as -E) if the last successful run of PATH
+    /// started less than DURATION before now, both times read from the
+    /// ZooKeeper server's clock. Runs are recorded in PATH/zklock.record.
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub once_per: Option<Seconds>,
+
+    /// Send SIGTERM to the command's process group after it has run for
+    /// DURATION (waiting for the lock does not count), SIGKILL --kill-after
+    /// later; zklock then exits 124.
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub max_runtime: Option<Seconds>,
+
+    /// At exit, write a Prometheus text-format report of the run (for
+    /// node_exporter's textfile collector) to FILE, atomically.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
 
     /// Report the connection, the queue position and who holds the lock.
     #[arg(short, long, conflicts_with = "quiet")]

@@ -193,7 +193,8 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 /// * A terminating signal (INT, TERM, HUP, QUIT) starts the `--kill-after`
 ///   timer; when it fires, or when a second terminating signal arrives, the
 ///   group gets SIGKILL.
-/// * Losing the lock sends TERM to the group and starts the same timer.
+/// * Losing the lock sends TERM to the group and starts the same timer; so
+///   does `max_runtime` running out (then the result is [`Exit::TimedOut`]).
 /// * SIGCHLD: only our own child is reaped. After it exits, zklock keeps
 ///   forwarding and waits until the group is empty: the lock covers every
 ///   process the command left behind, as flock(1) covers every holder of its
@@ -206,8 +207,11 @@ pub async fn supervise(
     signals: &mut Signals,
     mut lost: Pin<&mut dyn Future<Output = String>>,
     kill_after: Duration,
+    max_runtime: Option<Duration>,
     on_loss: &mut dyn FnMut(&str),
 ) -> Exit {
+    let mut time_up = max_runtime.map(|limit| Instant::now() + limit);
+    let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
     let mut lock_lost = false;
     let mut group_check: Option<Instant> = None;
@@ -240,6 +244,12 @@ pub async fn supervise(
                 child.signal_group(libc::SIGTERM);
                 kill_at.get_or_insert(Instant::now() + kill_after);
             }
+            () = sleep_until(time_up.unwrap_or_else(far_future)), if time_up.is_some() => {
+                time_up = None;
+                timed_out = true;
+                child.signal_group(libc::SIGTERM);
+                kill_at.get_or_insert(Instant::now() + kill_after);
+            }
             () = sleep_until(kill_at.unwrap_or_else(far_future)), if kill_at.is_some() => {
                 child.signal_group(libc::SIGKILL);
                 kill_at = None;
@@ -255,6 +265,8 @@ pub async fn supervise(
         .expect("loop ends only after the child was reaped");
     if lock_lost {
         Exit::LockLost
+    } else if timed_out {
+        Exit::TimedOut
     } else if let Some(signal) = status.signal() {
         Exit::Signal(signal)
     } else {
