@@ -42,7 +42,8 @@ pub enum Command {
     /// For each PATH: its kind (exclusive, shared, semaphore of N), the
     /// holders, then the waiters, each with its node, fencing token,
     /// session, how long it has held or waited, and what it runs on which
-    /// host. A path that does not exist is free.
+    /// host. A path that does not exist is free. When PATH has a run record
+    /// (`run --once-per`), its last run and last success follow.
     ///
     /// Examples:
     ///   zklock status /locks/nightly-backup
@@ -124,9 +125,9 @@ Exit status:
 const BREAK_EXIT_HELP: &str = "\
 Exit status:
   0   the node was deleted
-  1   nothing deleted: the path is free, the node does not exist, or the
-      answer at the prompt was not yes
-  75  nothing deleted: the holder changed after it was shown
+  1   nothing deleted: the path is free, the node (or --record) does not
+      exist, or the answer at the prompt was not yes
+  75  nothing deleted: the holder (or record) changed after it was shown
   64  usage error, or no terminal to ask at and no --yes
   69  cannot reach the ensemble within --connect-timeout
   77  authentication failed or an ACL denies the delete
