@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::harness::{
     Inspector, KazooKind, KazooLock, KillOnDrop, TempDir, assert_no_lock_nodes, run_bounded,
-    shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_for_file, zklock,
+    shared_server, signal, unique_path, wait_for_contenders, wait_for_exit, wait_for_file, zklock,
     zklock_run,
 };
 
@@ -570,6 +570,20 @@ fn metrics_file_for_each_outcome() {
     out.assert_code(75);
     assert_eq!(outcome_of(&m, &path), "not-acquired");
     assert_eq!(gauge(&m, "zklock_fencing_token"), None);
+    // A signal while waiting ends it too, and the file is still written.
+    let mut waiting = KillOnDrop(
+        zklock_run(&connect, &path)
+            .args(["--metrics-file", &file_arg, "--", "true"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_contenders(&zk, &path, "-lock-", 2);
+    signal(waiting.id() as i32, libc::SIGTERM);
+    assert_eq!(wait_for_exit(&mut waiting, LONG).unwrap().code(), Some(143));
+    let m = parse_metrics(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(outcome_of(&m, &path), "not-acquired");
+    assert_eq!(gauge(&m, "zklock_exit_status"), Some(143.0));
     std::fs::write(&go, "").unwrap();
     wait_for_exit(&mut holder, LONG).unwrap();
 
