@@ -79,7 +79,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__break)
-            opts="-y -z -h -V --node --yes --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
+            opts="-y -z -h -V --node --record --yes --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -363,7 +363,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__run)
-            opts="-c -z -x -s -w -n -E -v -q -h -V --command --label --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --verbose --quiet --help --version"
+            opts="-c -z -x -s -w -n -E -v -q -h -V --command --label --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --conflict-exit-code --kill-after --on-disconnect --once-per --max-runtime --metrics-file --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -463,6 +463,18 @@ _zklock() {
                     ;;
                 --on-disconnect)
                     COMPREPLY=($(compgen -W "lease kill" -- "${cur}"))
+                    return 0
+                    ;;
+                --once-per)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-runtime)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

@@ -16,13 +16,16 @@ use crate::report::{print_stdout, say};
 use crate::session::{self, Session, Settings, retrying};
 
 /// The node to delete, as it was shown.
-struct Target {
-    path: String,
-    czxid: i64,
-    text: String,
+pub struct Target {
+    pub path: String,
+    pub czxid: i64,
+    pub text: String,
 }
 
 pub fn break_lock(args: BreakArgs) -> Result<Exit> {
+    if args.record {
+        return crate::break_record::break_record(&args);
+    }
     let options = args.connection.settings()?;
     let lock = args.path.as_str();
     // No session stays open while a person reads and answers the prompt:
@@ -91,7 +94,7 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
     }))
 }
 
-fn confirmed(target: &Target) -> Result<bool> {
+pub fn confirmed(target: &Target) -> Result<bool> {
     let mut stderr = std::io::stderr();
     let _ = write!(stderr, "{}delete {}? [y/N] ", target.text, target.path);
     let _ = stderr.flush();

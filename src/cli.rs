@@ -34,6 +34,7 @@ pub enum Command {
     /// Examples:
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
+    ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
     Run(RunArgs),
 
@@ -42,7 +43,8 @@ pub enum Command {
     /// For each PATH: its kind (exclusive, shared, semaphore of N), the
     /// holders, then the waiters, each with its node, fencing token,
     /// session, how long it has held or waited, and what it runs on which
-    /// host. A path that does not exist is free.
+    /// host. A path that does not exist is free. When PATH has a run record
+    /// (`run --once-per`), its last run and last success follow.
     ///
     /// Examples:
     ///   zklock status /locks/nightly-backup
@@ -72,6 +74,7 @@ pub enum Command {
     /// Examples:
     ///   zklock break /locks/nightly-backup
     ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
+    ///   zklock break --record /locks/nightly-backup
     #[command(after_help = BREAK_EXIT_HELP, verbatim_doc_comment)]
     Break(BreakArgs),
 
@@ -123,9 +126,9 @@ Exit status:
 const BREAK_EXIT_HELP: &str = "\
 Exit status:
   0   the node was deleted
-  1   nothing deleted: the path is free, the node does not exist, or the
-      answer at the prompt was not yes
-  75  nothing deleted: the holder changed after it was shown
+  1   nothing deleted: the path is free, the node (or --record) does not
+      exist, or the answer at the prompt was not yes
+  75  nothing deleted: the holder (or record) changed after it was shown
   64  usage error, or no terminal to ask at and no --yes
   69  cannot reach the ensemble within --connect-timeout
   77  authentication failed or an ACL denies the delete
@@ -169,6 +172,11 @@ pub struct BreakArgs {
     /// the current holder's.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
+
+    /// Delete PATH's run record (PATH/zklock.record, written by
+    /// `run --once-per`) instead of a lock node: the next run then runs.
+    #[arg(long, conflicts_with = "node")]
+    pub record: bool,
 
     /// Do not ask; required when stdin is not a terminal.
     #[arg(short = 'y', long)]
@@ -275,6 +283,24 @@ pub struct RunArgs {
     /// deadline); `kill` treats any disconnection as losing the lock.
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnDisconnect::Lease)]
     pub on_disconnect: OnDisconnect,
+
+    /// Run at most once per DURATION (e.g. `20h`): once the lock is held,
+    /// skip the command (exit as -E) if the last successful run of PATH
+    /// started less than DURATION before now, both times read from the
+    /// ZooKeeper server's clock. Runs are recorded in PATH/zklock.record.
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub once_per: Option<Seconds>,
+
+    /// Send SIGTERM to the command's process group after it has run for
+    /// DURATION (waiting for the lock does not count), SIGKILL --kill-after
+    /// later; zklock then exits 124.
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub max_runtime: Option<Seconds>,
+
+    /// At exit, write a Prometheus text-format report of the run (for
+    /// node_exporter's textfile collector) to FILE, atomically.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
 
     /// Report the connection, the queue position and who holds the lock.
     #[arg(short, long, conflicts_with = "quiet")]

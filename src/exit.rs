@@ -18,6 +18,8 @@ pub enum Exit {
     Conflict(u8),
     /// The lock was lost while the command ran; the command was terminated.
     LockLost,
+    /// `--max-runtime` expired; the command was terminated.
+    TimedOut,
     /// The ensemble could not be reached within `--connect-timeout`.
     Unavailable,
     /// Authentication failed, or the lock path's ACL denies access.
@@ -46,6 +48,7 @@ impl Exit {
             // Signal numbers on Linux are 1..=64, so this cannot overflow u8.
             Exit::Signal(signal) => 128u8.saturating_add(signal.clamp(0, 127) as u8),
             Exit::LockLost => 76,
+            Exit::TimedOut => 124,
             Exit::Unavailable => 69,
             Exit::NoPermission => 77,
             Exit::Usage => 64,
@@ -136,7 +139,8 @@ Exit status:
   <command's>  the command ran and exited with that status
   128+N        the command died of signal N, or zklock was interrupted by
                signal N before it ran the command
-  75           lock not acquired: --timeout expired or --no-wait found it held
+  75           lock not acquired: --timeout expired or --no-wait found it held;
+               or --once-per found a recent successful run
                (-E/--conflict-exit-code changes it)
   76           lock lost while the command ran; the command was terminated
   69           cannot reach the ensemble or establish a session within
@@ -144,6 +148,7 @@ Exit status:
   77           authentication failed or the lock path's ACL denies access
   64           usage error (bad path, duration, missing command, ...)
   70           any other ZooKeeper or internal error
+  124          --max-runtime expired; the command was terminated
   126 / 127    command not executable / not found";
 
 #[cfg(test)]
@@ -160,6 +165,7 @@ mod tests {
         assert_eq!(Exit::Conflict(CONFLICT_DEFAULT).code(), 75);
         assert_eq!(Exit::Conflict(0).code(), 0);
         assert_eq!(Exit::LockLost.code(), 76);
+        assert_eq!(Exit::TimedOut.code(), 124);
         assert_eq!(Exit::Unavailable.code(), 69);
         assert_eq!(Exit::NoPermission.code(), 77);
         assert_eq!(Exit::Usage.code(), 64);
@@ -192,7 +198,9 @@ mod tests {
 
     #[test]
     fn help_table_lists_every_fixed_code() {
-        for code in ["128+N", "75", "76", "69", "77", "64", "70", "126", "127"] {
+        for code in [
+            "128+N", "75", "76", "69", "77", "64", "70", "124", "126", "127",
+        ] {
             assert!(EXIT_CODE_HELP.contains(code), "{code} missing from help");
         }
     }

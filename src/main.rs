@@ -3,12 +3,14 @@
 // Layers, each importing only from the ones below it:
 //   cli                      the command-line model
 //   run, status, list,       one module per subcommand (present: how the
-//   break_lock, generate,    operator commands show a lock)
+//   break_lock, generate,    operator commands show a lock; break_record
+//   break_record             uses break_lock's prompt)
 //   present
 //   lock, command            the lock recipe; the command's process
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
 mod break_lock;
+mod break_record;
 mod cli;
 mod command;
 mod exit;

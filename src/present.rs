@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::lock::directory::{Client, Entry, EntryKind, HolderData, LockView, PathKind};
 use crate::lock::holder::escape_controls;
+use crate::lock::record::RunRecord;
 
 /// One lock path in `zklock status --json`.
 #[derive(Debug, Serialize)]
@@ -22,6 +23,11 @@ pub struct LockJson {
     pub permits_used: Option<usize>,
     pub holders: Vec<EntryJson>,
     pub waiting: Vec<EntryJson>,
+    /// From the `--once-per` run record (`zklock status` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<RunRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<RunRecord>,
 }
 
 /// A holder or waiter.
@@ -79,6 +85,8 @@ pub fn lock_json(path: &str, view: &LockView, now: SystemTime) -> LockJson {
         permits_used: limit.map(|_| view.holders.len()),
         holders: entries(&view.holders, true, 1),
         waiting: entries(&view.waiting, false, view.holders.len() + 1),
+        last_run: None,
+        last_success: None,
     }
 }
 
@@ -145,7 +153,33 @@ pub fn lock_text(json: &LockJson) -> String {
     for entry in json.holders.iter().chain(&json.waiting) {
         out.push_str(&entry_text(entry));
     }
+    for (what, run) in [
+        ("last run", &json.last_run),
+        ("last success", &json.last_success),
+    ] {
+        if let Some(run) = run {
+            out.push_str(&format!("  {what}: {}\n", run_text(run)));
+        }
+    }
     out
+}
+
+/// `2026-11-23T02:00:00.123Z for 3m 2s on web1 (user deploy), exit 0, token 42`.
+pub fn run_text(run: &RunRecord) -> String {
+    let took = Duration::from_secs((run.end_ms - run.start_ms).max(0) as u64 / 1000);
+    let user = run
+        .user
+        .as_deref()
+        .map(|u| format!(" (user {})", escape_controls(u)))
+        .unwrap_or_default();
+    format!(
+        "{} for {} on {}{user}, exit {}, token {}",
+        run.start,
+        humantime::format_duration(took),
+        escape_controls(&run.host),
+        run.exit_status,
+        run.fencing_token
+    )
 }
 
 pub fn entry_text(entry: &EntryJson) -> String {

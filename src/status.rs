@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
-use crate::lock::inspect;
+use crate::lock::{inspect, record_store};
 use crate::present::{self, LockJson};
 use crate::report::print_stdout;
 use crate::session::{self, Session};
@@ -24,15 +24,21 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
         let mut any_taken = false;
         for path in &args.paths {
             let view = inspect::read_lock(session.client(), path.as_str()).await;
-            let view = match view {
-                Ok(view) => view,
-                Err(err) => {
+            let record = record_store::read(session.client(), path.as_str()).await;
+            let (view, record) = match (view, record) {
+                (Ok(view), Ok(record)) => (view, record),
+                (Err(err), _) | (_, Err(err)) => {
                     session.close(&[]).await;
                     return Err(err);
                 }
             };
             any_taken |= !view.is_free();
-            locks.push(present::lock_json(path.as_str(), &view, SystemTime::now()));
+            let mut json = present::lock_json(path.as_str(), &view, SystemTime::now());
+            if let Some((record, _)) = record {
+                json.last_run = record.last_run;
+                json.last_success = record.last_success;
+            }
+            locks.push(json);
         }
         session.close(&[]).await;
         if args.json {

@@ -82,9 +82,9 @@ impl Child {
         })
     }
 
-    /// The command's process id (also its process group's).
+    /// The command's process id (its group's id is the keeper's).
     pub fn pid(&self) -> u32 {
-        self.pgid as u32
+        self.pid as u32
     }
 
     /// Sends `signal` to the whole group; no-op once the group is gone (a
@@ -110,9 +110,9 @@ impl Child {
     }
 
     /// Reaps our own child, the command (the keeper's zombie is left to
-    /// init once zklock exits, see keeper.rs). As PID 1 (a container's init) orphans of the command become
-    /// our children too and must be reaped, or as zombies they would keep
-    /// the process group alive forever.
+    /// init once zklock exits, see keeper.rs). As PID 1 (a container's
+    /// init) orphans of the command become our children too and must be
+    /// reaped, or as zombies they would keep the process group alive forever.
     fn reap(&mut self) {
         // SAFETY: getpid has no preconditions.
         let orphans_are_ours = unsafe { libc::getpid() } == 1;
@@ -212,7 +212,8 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 /// * A terminating signal (INT, TERM, HUP, QUIT) starts the `--kill-after`
 ///   timer; when it fires, or when a second terminating signal arrives, the
 ///   group gets SIGKILL.
-/// * Losing the lock sends TERM to the group and starts the same timer.
+/// * Losing the lock sends TERM to the group and starts the same timer; so
+///   does `max_runtime` running out (then the result is [`Exit::TimedOut`]).
 /// * SIGCHLD: only our own child is reaped. After it exits, zklock keeps
 ///   forwarding and waits until the group is empty: the lock covers every
 ///   process the command left behind, as flock(1) covers every holder of its
@@ -225,8 +226,11 @@ pub async fn supervise(
     signals: &mut Signals,
     mut lost: Pin<&mut dyn Future<Output = String>>,
     kill_after: Duration,
+    max_runtime: Option<Duration>,
     on_loss: &mut dyn FnMut(&str),
 ) -> Exit {
+    let mut time_up = max_runtime.map(|limit| Instant::now() + limit);
+    let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
     let mut lock_lost = false;
     let mut group_check: Option<Instant> = None;
@@ -259,6 +263,12 @@ pub async fn supervise(
                 child.signal_group(libc::SIGTERM);
                 kill_at.get_or_insert(Instant::now() + kill_after);
             }
+            () = sleep_until(time_up.unwrap_or_else(far_future)), if time_up.is_some() => {
+                time_up = None;
+                timed_out = true;
+                child.signal_group(libc::SIGTERM);
+                kill_at.get_or_insert(Instant::now() + kill_after);
+            }
             () = sleep_until(kill_at.unwrap_or_else(far_future)), if kill_at.is_some() => {
                 child.signal_group(libc::SIGKILL);
                 kill_at = None;
@@ -274,6 +284,8 @@ pub async fn supervise(
         .expect("loop ends only after the child was reaped");
     if lock_lost {
         Exit::LockLost
+    } else if timed_out {
+        Exit::TimedOut
     } else if let Some(signal) = status.signal() {
         Exit::Signal(signal)
     } else {

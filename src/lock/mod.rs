@@ -1,6 +1,6 @@
 //! The lock recipe (DESIGN.md section 3): node names and ordering (pure),
 //! the acquire loops, semaphores, the lease that decides a held lock is lost,
-//! and the holder data stored in our nodes.
+//! the holder data stored in our nodes, and the run record of `--once-per`.
 
 pub mod acquire;
 pub mod directory;
@@ -8,4 +8,6 @@ pub mod holder;
 pub mod inspect;
 pub mod lease;
 pub mod recipe;
+pub mod record;
+pub mod record_store;
 pub mod semaphore;

@@ -3,11 +3,14 @@
 
 mod ancestor;
 mod give_up;
+mod metrics;
+mod once;
 mod reentry;
 mod wait_report;
 
 use std::cell::Cell;
 use std::ffi::OsString;
+use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -29,14 +32,31 @@ use crate::session::{Session, Settings, connection_timeout_for, is_session_lost}
 pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
+    let metrics = match &args.metrics_file {
+        Some(file) => Some(metrics::MetricsFile::prepare(
+            file,
+            &args.lock_paths().map_err(Failure::usage)?,
+        )?),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(lifecycle(args));
+    let facts = Rc::new(metrics::Facts::new());
+    let verbosity = args.verbosity();
+    let result = runtime.block_on(lifecycle(args, Rc::clone(&facts)));
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
     runtime.shutdown_background();
+    if let Some(metrics) = metrics {
+        if let Err(err) = metrics.write(&result, &facts) {
+            Report(verbosity).error(format_args!(
+                "cannot write the metrics file {}: {err}",
+                metrics.path().display()
+            ));
+        }
+    }
     result
 }
 
@@ -87,6 +107,7 @@ impl<'a> Plan<'a> {
             plan.policy(plan.connect.session_timeout)
                 .map_err(Failure::usage)?;
         }
+        once::refuse(&plan)?;
         Ok(plan)
     }
 
@@ -112,7 +133,7 @@ impl<'a> Plan<'a> {
     }
 }
 
-async fn lifecycle(args: RunArgs) -> Result<Exit> {
+async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
     if let Some(exit) = reentry::reenter(&plan, &mut signals).await? {
@@ -132,11 +153,25 @@ async fn lifecycle(args: RunArgs) -> Result<Exit> {
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id());
+    facts.acquired(first_token(&plan, &held));
+    let record = match once::check(&plan, session.client(), &held, &facts).await {
+        Ok(Ok(record)) => record,
+        Ok(Err(skipped)) => {
+            session.close(&acquire::paths(&held)).await;
+            return Ok(skipped);
+        }
+        Err(err) => {
+            session.close(&acquire::paths(&held)).await;
+            return Err(err);
+        }
+    };
+    facts.ran();
     let lock = HeldLock {
         nodes: held.iter().map(|node| node.path.clone()).collect(),
         watches,
         owner: session.id(),
         ours: true,
+        record,
     };
     let exit = run_command(&plan, &mut signals, &session, lock, policy, &env).await;
     let timeout = session.timeout();
@@ -172,6 +207,8 @@ struct HeldLock {
     /// Whether `nodes` are ours to delete once the command is done (not
     /// when a nested run re-entered an enclosing run's lock).
     ours: bool,
+    /// The `--once-per` run to record before releasing the lock.
+    record: Option<once::Pending>,
 }
 
 /// Spawns the command and supervises it while `lock` holds; then deletes
@@ -237,9 +274,22 @@ async fn run_command(
         signals,
         lost.as_mut(),
         policy.kill_after,
+        plan.args.max_runtime.map(|limit| limit.0),
         &mut on_loss,
     )
     .await;
+    if exit == Exit::TimedOut {
+        report.error(format_args!(
+            "the command ran longer than --max-runtime {}; terminated",
+            plan.args
+                .max_runtime
+                .map(|limit| limit.to_string())
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(record) = lock.record {
+        record.finish(plan, session.client(), exit).await;
+    }
     // Delete while the lease still watches our nodes: the deletion fires
     // and so consumes that watch. Dropping the lease first would make the
     // library send a RemoveWatches request, which the server must serve
@@ -420,6 +470,12 @@ async fn acquire_all(
         }
     }
     Ok(last)
+}
+
+/// The fencing token of the first path given (for the metrics file).
+fn first_token(plan: &Plan<'_>, held: &[Node]) -> i64 {
+    let first = plan.order.iter().position(|p| *p == plan.paths[0]);
+    first.and_then(|i| held.get(i)).map_or(0, |node| node.czxid)
 }
 
 /// The contract of DESIGN.md section 7. With several paths, each variable

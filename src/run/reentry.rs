@@ -61,6 +61,12 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
             let _ = session.close(&[]).await;
             return Err(Failure::usage(message));
         }
+        Decision::Reenter(_) if plan.args.once_per.is_some() => {
+            session.close(&[]).await;
+            return Err(Failure::usage(
+                "--once-per cannot run under the enclosing zklock run's lock",
+            ));
+        }
         Decision::Reenter(held) => held,
     };
     let held: Vec<Node> = held
@@ -81,6 +87,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
         watches: Vec::new(),
         owner,
         ours: false,
+        record: None,
     };
     let exit = run_command(plan, signals, &session, lock, policy, &env).await;
     let _ = session.close(&[]).await;

@@ -7,6 +7,7 @@
 mod closed_stderr;
 mod conflict;
 mod connect;
+mod cron;
 mod defaults;
 mod demo;
 mod exclusion;

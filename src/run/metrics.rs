@@ -1,0 +1,334 @@
+//! `--metrics-file FILE`: a report of the run in the Prometheus text
+//! exposition format, for node_exporter's textfile collector. Written at
+//! exit on every outcome, atomically: a temporary file in the same
+//! directory (whose name does not end in `.prom`, so the collector skips
+//! it), then a rename over FILE.
+
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use tokio::time::Instant;
+
+use crate::exit::{Exit, Failure};
+
+/// What the lifecycle learned, for the report; shared with the parts that
+/// learn it.
+#[derive(Debug)]
+pub struct Facts {
+    started: Instant,
+    acquired: Cell<Option<(Instant, SystemTime)>>,
+    fencing_token: Cell<Option<i64>>,
+    /// Server milliseconds of the last successful run's start, from the
+    /// `--once-per` record (including this run once it is recorded).
+    last_success_ms: Cell<Option<i64>>,
+    skipped: Cell<bool>,
+    ran: Cell<bool>,
+}
+
+impl Facts {
+    pub fn new() -> Facts {
+        Facts {
+            started: Instant::now(),
+            acquired: Cell::new(None),
+            fencing_token: Cell::new(None),
+            last_success_ms: Cell::new(None),
+            skipped: Cell::new(false),
+            ran: Cell::new(false),
+        }
+    }
+
+    pub fn acquired(&self, fencing_token: i64) {
+        self.acquired.set(Some((Instant::now(), SystemTime::now())));
+        self.fencing_token.set(Some(fencing_token));
+    }
+
+    pub fn last_success(&self, server_ms: Option<i64>) {
+        self.last_success_ms.set(server_ms);
+    }
+
+    pub fn skipped(&self) {
+        self.skipped.set(true);
+    }
+
+    pub fn ran(&self) {
+        self.ran.set(true);
+    }
+}
+
+/// How a run ended, as the `outcome` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ran,
+    Skipped,
+    NotAcquired,
+    Lost,
+    TimedOut,
+    Error,
+}
+
+pub const OUTCOMES: [(Outcome, &str); 6] = [
+    (Outcome::Ran, "ran"),
+    (Outcome::Skipped, "skipped"),
+    (Outcome::NotAcquired, "not-acquired"),
+    (Outcome::Lost, "lost"),
+    (Outcome::TimedOut, "timed-out"),
+    (Outcome::Error, "error"),
+];
+
+/// The outcome and exit status of a finished lifecycle.
+pub fn outcome(result: &Result<Exit>, facts: &Facts) -> (Outcome, u8) {
+    let exit = match result {
+        Ok(exit) => *exit,
+        Err(err) => return (Outcome::Error, Exit::for_error(err).code()),
+    };
+    let outcome = match exit {
+        Exit::LockLost => Outcome::Lost,
+        Exit::TimedOut => Outcome::TimedOut,
+        Exit::Conflict(_) if facts.skipped.get() => Outcome::Skipped,
+        Exit::Command(_) => Outcome::Ran,
+        // A signal while waiting, or one that killed the command.
+        Exit::Signal(_) if facts.ran.get() => Outcome::Ran,
+        Exit::Conflict(_) | Exit::Signal(_) => Outcome::NotAcquired,
+        _ => Outcome::Error,
+    };
+    (outcome, exit.code())
+}
+
+/// The metrics file, once its directory is known to be writable.
+#[derive(Debug)]
+pub struct MetricsFile {
+    path: PathBuf,
+    temp: PathBuf,
+    /// The `path` label: the lock paths as given, separated by spaces.
+    label: String,
+}
+
+impl MetricsFile {
+    /// Checks that FILE's directory takes a new file (and that FILE is not
+    /// a directory), by creating and removing the temporary file; a usage
+    /// error (64) otherwise, before zklock does anything else.
+    pub fn prepare(path: &Path, lock_paths: &[&str]) -> Result<MetricsFile> {
+        let name = path.file_name().filter(|_| !path.is_dir()).ok_or_else(|| {
+            Failure::usage(format!(
+                "--metrics-file {} is not a file name",
+                path.display()
+            ))
+        })?;
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let mut temp_name = std::ffi::OsString::from(".");
+        temp_name.push(name);
+        temp_name.push(format!(".{}.tmp", std::process::id()));
+        let file = MetricsFile {
+            path: path.to_path_buf(),
+            temp: dir.join(temp_name),
+            label: lock_paths.join(" "),
+        };
+        std::fs::File::create(&file.temp).map_err(|err| {
+            Failure::usage(format!(
+                "cannot write the metrics file {}: {err}",
+                path.display()
+            ))
+        })?;
+        let _ = std::fs::remove_file(&file.temp);
+        Ok(file)
+    }
+
+    /// Writes the report of a finished lifecycle; a failure is reported,
+    /// never changes zklock's exit status.
+    pub fn write(&self, result: &Result<Exit>, facts: &Facts) -> std::io::Result<()> {
+        let (outcome, code) = outcome(result, facts);
+        let previous = std::fs::read_to_string(&self.path).ok();
+        let last_success = facts
+            .last_success_ms
+            .get()
+            .map(|ms| ms as f64 / 1000.0)
+            .or_else(|| {
+                let acquired = facts.acquired.get()?.1;
+                (outcome == Outcome::Ran && code == 0).then(|| unix_seconds(acquired))
+            })
+            .or_else(|| {
+                previous
+                    .as_deref()
+                    .and_then(|p| previous_last_success(p, &self.label))
+            });
+        let now = Instant::now();
+        let report = Report {
+            label: &self.label,
+            outcome,
+            exit_status: code,
+            waited: facts.acquired.get().map_or(now, |a| a.0) - facts.started,
+            held: facts
+                .acquired
+                .get()
+                .map_or(Duration::ZERO, |(at, _)| now - at),
+            fencing_token: facts.fencing_token.get(),
+            last_success,
+        };
+        self.replace(&report.render())
+    }
+
+    fn replace(&self, text: &str) -> std::io::Result<()> {
+        let result = (|| {
+            let mut file = std::fs::File::create(&self.temp)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_all()?;
+            std::fs::rename(&self.temp, &self.path)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+        result
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn unix_seconds(time: SystemTime) -> f64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_millis() as f64 / 1000.0)
+}
+
+/// The last-success timestamp a previous report gave for `label`, so that
+/// a failed run without `--once-per` does not make it disappear.
+fn previous_last_success(text: &str, label: &str) -> Option<f64> {
+    let prefix = format!(
+        "zklock_last_success_timestamp_seconds{{path=\"{}\"}} ",
+        escape_label(label)
+    );
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+/// The metrics of one run.
+struct Report<'a> {
+    label: &'a str,
+    outcome: Outcome,
+    exit_status: u8,
+    waited: Duration,
+    held: Duration,
+    fencing_token: Option<i64>,
+    last_success: Option<f64>,
+}
+
+impl Report<'_> {
+    fn render(&self) -> String {
+        let path = format!("path=\"{}\"", escape_label(self.label));
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, samples: &[(String, String)]| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
+        };
+        let outcomes: Vec<(String, String)> = OUTCOMES
+            .iter()
+            .map(|(outcome, name)| {
+                let value = if *outcome == self.outcome { "1" } else { "0" };
+                (format!("{path},outcome=\"{name}\""), value.to_owned())
+            })
+            .collect();
+        gauge(
+            "zklock_outcome",
+            "How the last zklock run ended: 1 for its outcome, 0 for the others.",
+            &outcomes,
+        );
+        let one = |value: String| vec![(path.clone(), value)];
+        gauge(
+            "zklock_exit_status",
+            "The exit status of the last zklock run.",
+            &one(self.exit_status.to_string()),
+        );
+        gauge(
+            "zklock_wait_seconds",
+            "Seconds the last run waited for the lock (connecting included).",
+            &one(format!("{:.3}", self.waited.as_secs_f64())),
+        );
+        gauge(
+            "zklock_held_seconds",
+            "Seconds the last run held the lock (0 if it never did).",
+            &one(format!("{:.3}", self.held.as_secs_f64())),
+        );
+        if let Some(token) = self.fencing_token {
+            gauge(
+                "zklock_fencing_token",
+                "The fencing token of the last run's lock node (first PATH given).",
+                &one(token.to_string()),
+            );
+        }
+        if let Some(seconds) = self.last_success {
+            gauge(
+                "zklock_last_success_timestamp_seconds",
+                "When the last successful run started, in seconds since the epoch.",
+                &one(format!("{seconds:.3}")),
+            );
+        }
+        out
+    }
+}
+
+/// A label value as the exposition format wants it: backslash, double
+/// quote and newline escaped.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(escape_label(r#"/a"b\c"#), r#"/a\"b\\c"#);
+        assert_eq!(escape_label("/a\nb"), r"/a\nb");
+    }
+
+    #[test]
+    fn renders_every_outcome_and_reads_back_the_last_success() {
+        let report = Report {
+            label: "/locks/x",
+            outcome: Outcome::Skipped,
+            exit_status: 75,
+            waited: Duration::from_millis(1500),
+            held: Duration::from_millis(20),
+            fencing_token: Some(42),
+            last_success: Some(1_700_000_000.5),
+        };
+        let text = report.render();
+        assert!(text.contains("zklock_outcome{path=\"/locks/x\",outcome=\"skipped\"} 1\n"));
+        assert!(text.contains("zklock_outcome{path=\"/locks/x\",outcome=\"ran\"} 0\n"));
+        assert!(text.contains("# TYPE zklock_exit_status gauge\n"));
+        assert!(text.contains("zklock_exit_status{path=\"/locks/x\"} 75\n"));
+        assert!(text.contains("zklock_wait_seconds{path=\"/locks/x\"} 1.500\n"));
+        assert!(text.contains("zklock_fencing_token{path=\"/locks/x\"} 42\n"));
+        assert_eq!(
+            previous_last_success(&text, "/locks/x"),
+            Some(1_700_000_000.5)
+        );
+        assert_eq!(previous_last_success(&text, "/locks/y"), None);
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.starts_with("zklock_outcome"))
+                .count(),
+            6
+        );
+    }
+}

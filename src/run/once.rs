@@ -1,0 +1,131 @@
+//! `--once-per DURATION`: once the lock is held, run the command only if
+//! the last successful run of the path started at least DURATION ago, on
+//! the server's clock; record the run before releasing the lock.
+//!
+//! "Now" is the mtime of a versioned rewrite of the record made while we
+//! hold the lock; "then" is the start stored in the record, itself such an
+//! mtime. Host clocks never enter the decision.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::Result;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::Plan;
+use super::metrics::Facts;
+use crate::exit::{Exit, Failure};
+use crate::lock::acquire::Node;
+use crate::lock::directory::HolderData;
+use crate::lock::holder::escape_controls;
+use crate::lock::recipe::LockKind;
+use crate::lock::record::{self, Record, RunRecord, Verdict};
+use crate::lock::record_store::{self, Recorded};
+
+/// Why `--once-per` cannot go with the rest of the command line, if so.
+pub fn refuse(plan: &Plan<'_>) -> Result<()> {
+    if plan.args.once_per.is_none() {
+        return Ok(());
+    }
+    let why = match (plan.kind, plan.paths.len()) {
+        (LockKind::Semaphore(_), _) => {
+            "--once-per cannot be combined with --limit: a window has exactly one run"
+        }
+        (LockKind::Read, _) => {
+            "--once-per needs an exclusive lock: shared holders could all decide to run"
+        }
+        (_, n) if n > 1 => "--once-per takes exactly one PATH (the record lives beside its lock)",
+        _ => return Ok(()),
+    };
+    Err(Failure::usage(why))
+}
+
+/// A run that may go ahead, to be recorded once the command is done.
+pub struct Pending {
+    lock: String,
+    known: Option<(Record, i32)>,
+    start_ms: i64,
+    started: Instant,
+    token: i64,
+    facts: Rc<Facts>,
+}
+
+/// Decides, holding the lock on `held`, whether the command runs:
+/// `Ok(None)` without `--once-per`, `Err(exit)` when it is skipped.
+pub async fn check(
+    plan: &Plan<'_>,
+    client: &zk::Client,
+    held: &[Node],
+    facts: &Rc<Facts>,
+) -> Result<Result<Option<Pending>, Exit>> {
+    let (Some(window), Some(node)) = (plan.args.once_per, held.first()) else {
+        return Ok(Ok(None));
+    };
+    let lock = plan.order[0];
+    let stamped = record_store::stamp(client, lock, &plan.acls).await?;
+    let last = stamped.record.last_success.as_ref();
+    facts.last_success(last.map(|run| run.start_ms));
+    let window_ms = window.0.as_millis().min(i64::MAX as u128) as i64;
+    match record::decide(&stamped.record, stamped.now_ms, window_ms) {
+        Verdict::Skip { last, ago_ms } => {
+            facts.skipped();
+            let user = last
+                .user
+                .as_deref()
+                .map(|u| format!(" (user {})", escape_controls(u)))
+                .unwrap_or_default();
+            plan.report.note(format_args!(
+                "not running: {lock} last ran successfully {} ago, on {}{user} at {} (fencing token {}); --once-per {}",
+                humantime::format_duration(Duration::from_secs((ago_ms.max(0) / 1000) as u64)),
+                escape_controls(&last.host),
+                last.start,
+                last.fencing_token,
+                window,
+            ));
+            Ok(Err(Exit::Conflict(plan.args.conflict_exit_code)))
+        }
+        Verdict::Run => Ok(Ok(Some(Pending {
+            lock: lock.to_owned(),
+            known: Some((stamped.record, stamped.version)),
+            start_ms: stamped.now_ms,
+            started: Instant::now(),
+            token: node.czxid,
+            facts: Rc::clone(facts),
+        }))),
+    }
+}
+
+impl Pending {
+    /// Records the run that ended with `exit`; call it before releasing
+    /// the lock. A failure to record is reported, never changes the exit.
+    pub async fn finish(self, plan: &Plan<'_>, client: &zk::Client, exit: Exit) {
+        let me = HolderData::parse(&plan.data).unwrap_or_default();
+        let end_ms = self.start_ms + self.started.elapsed().as_millis() as i64;
+        let run = RunRecord {
+            start_ms: self.start_ms,
+            start: record::rfc3339_ms(self.start_ms),
+            end_ms,
+            end: record::rfc3339_ms(end_ms),
+            host: me.host.unwrap_or_default(),
+            user: me.user,
+            exit_status: exit.code(),
+            fencing_token: self.token,
+        };
+        match record_store::record(client, &self.lock, self.known, &run, &plan.acls).await {
+            Ok(Recorded::Done) if exit == Exit::Command(0) => {
+                self.facts.last_success(Some(run.start_ms));
+            }
+            Ok(Recorded::Done) => {}
+            Ok(Recorded::Superseded(later)) => plan.report.error(format_args!(
+                "this run is not recorded: {}'s record already has a later run (fencing token {} on {})",
+                self.lock,
+                later.fencing_token,
+                escape_controls(&later.host)
+            )),
+            Err(err) => plan
+                .report
+                .error(format_args!("this run is not recorded: {err:#}")),
+        }
+    }
+}
