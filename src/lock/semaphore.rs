@@ -6,28 +6,10 @@ use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
 use crate::exit::Failure;
-use crate::lock::acquire::{
-    Acquired, Node, Observer, Request, create_ancestors, create_dir, create_node, denied, parent,
-    take_turn,
-};
+use crate::lock::nodes::{Node, create_ancestors, create_dir, create_node, denied, parent};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
+use crate::lock::turn::{Acquired, Observer, Request, take_turn};
 use crate::session::retrying;
-
-/// A plain lock asked for on a semaphore's path would not exclude the
-/// semaphore's holders: refuse it, saying what the path is.
-pub async fn refuse_as_lock(client: &zk::Client, dir: &str) -> Result<()> {
-    let limit = retrying(|| client.get_data(dir))
-        .await
-        .ok()
-        .and_then(|(data, _)| recipe::decode_limit(&data));
-    match limit {
-        Some(limit) => Err(Failure::usage(format!(
-            "{dir} is a semaphore of {limit}; take it with --limit {limit}"
-        ))),
-        // A plain lock that merely has a child named like a semaphore's.
-        None => Ok(()),
-    }
-}
 
 /// A permit of the semaphore at `request.dir` (Curator's
 /// `InterProcessSemaphoreV2` recipe): take the gate (an exclusive lock on

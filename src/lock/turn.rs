@@ -1,0 +1,187 @@
+//! Waiting for a turn in a lock directory: the plain lock loop (exclusive,
+//! read and write locks, and a semaphore's gate), the vocabulary of a wait
+//! (request, outcome, observer) and the watches it leaves for the lease.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Waker};
+
+use anyhow::{Context, Result};
+use zookeeper_client as zk;
+
+use crate::exit::Failure;
+use crate::lock::holder::Seen;
+use crate::lock::nodes::{Node, create_node, denied};
+use crate::lock::recipe::{self, LockKind, Standing};
+use crate::session::retrying;
+
+/// Progress of a wait, for reporting.
+pub trait Observer {
+    fn queued(&mut self, node: &Node);
+    /// `ahead` contenders precede us; `first` (a full path) holds the lock or
+    /// is next. `first_data` is its node as read when [`Observer::wants_data`].
+    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>);
+    /// Whether reading the first node's data (one more round trip, each time
+    /// it changes) is worth it.
+    fn wants_data(&self) -> bool;
+    /// A semaphore's permits are all taken by `holders` leases.
+    fn pool_full(&mut self, holders: usize);
+}
+
+/// A data watch on one of our nodes: resolves with the first event on it
+/// (deleted, data changed, session ended). Set while waiting and handed to
+/// the lease with the lock, so no request is left to make once our turn
+/// comes, while the command starts.
+pub type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent>>>;
+
+/// How a wait for a lock ended, short of an error.
+pub enum Acquired {
+    /// The lock is ours through this node, with its watch if we waited.
+    Held(Node, Option<NodeWatch>),
+    /// Not waiting (`--no-wait`), and the lock is taken.
+    Busy,
+    /// Our node vanished while we waited: the session (or the node) is lost.
+    Lost,
+}
+
+/// Everything a caller needs to take one lock.
+pub struct Request<'a> {
+    pub client: &'a zk::Client,
+    pub dir: &'a str,
+    pub kind: LockKind,
+    pub data: &'a [u8],
+    pub wait: bool,
+    /// The ACL of every node created, containers included.
+    pub acls: &'a [zk::Acl],
+}
+
+/// Queues a `marker` node in `dir` and waits until nothing that excludes it
+/// precedes it. Of the others, only the nearest such node is watched (a
+/// data watch); our own node is watched too (see [`NodeWatch`]).
+pub async fn take_turn(
+    request: &Request<'_>,
+    dir: &str,
+    marker: &str,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Acquired> {
+    let client = request.client;
+    let node = create_node(client, dir, marker, request.data, request.acls).await?;
+    observer.queued(&node);
+    let me = node.name().to_owned();
+    owned.push(node.clone());
+    let mut reported_first = String::new();
+    let mut own_watch = None;
+    'queue: loop {
+        let children = retrying(|| client.list_children(dir))
+            .await
+            .map_err(|err| denied(err, dir, "READ"))
+            .context("listing the lock's queue")?;
+        if dir == request.dir && recipe::looks_like_semaphore(&children) {
+            refuse_as_lock(client, dir).await?;
+        }
+        let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
+            Standing::Held => break,
+            Standing::Missing => return Ok(Acquired::Lost),
+            Standing::Waiting {
+                predecessor,
+                ahead,
+                first,
+            } => (predecessor, ahead, format!("{dir}/{first}")),
+        };
+        let first_data = match observer.wants_data() && first != reported_first {
+            true => client.get_data(&first).await.ok().map(Seen::from),
+            false => None,
+        };
+        observer.waiting(ahead, &first, first_data.as_ref());
+        reported_first = first;
+        if !request.wait {
+            return Ok(Acquired::Busy);
+        }
+        let predecessor = format!("{dir}/{predecessor}");
+        let gone = loop {
+            // A data watch, not an exists watch: on a node that is already
+            // gone, an exists watch would stay behind on the server as a
+            // creation watch.
+            let (ahead_watch, own_watch_now) = tokio::join!(
+                retrying(|| client.get_and_watch_data(&predecessor)),
+                watch_own(client, &node.path, own_watch.take()),
+            );
+            let Some(mut own_watch_now) = own_watch_now? else {
+                return Ok(Acquired::Lost);
+            };
+            let event = match ahead_watch {
+                Err(zk::Error::NoNode) => None,
+                Err(err) => return Err(err).context("watching the node ahead of us"),
+                Ok((_data, _stat, watcher)) => tokio::select! {
+                    biased;
+                    _ = &mut own_watch_now => continue 'queue,
+                    event = watcher.changed() => Some(event.event_type),
+                },
+            };
+            // Events come in the order of the changes they report: with none
+            // for our node, it was still there when the node ahead went.
+            if fired(&mut own_watch_now) {
+                continue 'queue;
+            }
+            own_watch = Some(own_watch_now);
+            // A holder writes its node once its command runs (holder.rs):
+            // the node is still there, so watch it again without listing.
+            if event != Some(zk::EventType::NodeDataChanged) {
+                break matches!(event, None | Some(zk::EventType::NodeDeleted));
+            }
+        };
+        // New nodes only queue behind existing ones (sequence numbers grow),
+        // so what precedes ours can only shrink: when the one node ahead at
+        // the last listing is gone, nothing is ahead and the lock is ours,
+        // one round trip sooner than listing again. With more ahead, the one
+        // we watched may have given up; on a session event we know nothing
+        // new: list again.
+        if gone && ahead == 1 {
+            break;
+        }
+    }
+    Ok(Acquired::Held(node, own_watch))
+}
+
+/// `existing`, or a new data watch on our node at `path`; None if the node
+/// is gone (or, which cannot happen, not ours).
+async fn watch_own(
+    client: &zk::Client,
+    path: &str,
+    existing: Option<NodeWatch>,
+) -> Result<Option<NodeWatch>> {
+    if existing.is_some() {
+        return Ok(existing);
+    }
+    match retrying(|| client.get_and_watch_data(path)).await {
+        Ok((_, stat, watcher)) if stat.ephemeral_owner == client.session_id().0 => {
+            Ok(Some(Box::pin(watcher.changed())))
+        }
+        Ok(_) | Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(err).context("watching our node"),
+    }
+}
+
+/// Whether the watch's event has come, without waiting for it. A watch
+/// found fired is spent: drop it.
+fn fired(watch: &mut NodeWatch) -> bool {
+    let mut context = TaskContext::from_waker(Waker::noop());
+    watch.as_mut().poll(&mut context).is_ready()
+}
+
+/// A plain lock asked for on a semaphore's path would not exclude the
+/// semaphore's holders: refuse it, saying what the path is.
+async fn refuse_as_lock(client: &zk::Client, dir: &str) -> Result<()> {
+    let limit = retrying(|| client.get_data(dir))
+        .await
+        .ok()
+        .and_then(|(data, _)| recipe::decode_limit(&data));
+    match limit {
+        Some(limit) => Err(Failure::usage(format!(
+            "{dir} is a semaphore of {limit}; take it with --limit {limit}"
+        ))),
+        // A plain lock that merely has a child named like a semaphore's.
+        None => Ok(()),
+    }
+}

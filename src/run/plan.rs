@@ -1,0 +1,89 @@
+//! Everything `zklock run` decides from its command line before it talks
+//! to ZooKeeper, and the lease rule for the session it is granted.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::cli::RunArgs;
+use crate::command::child::{self};
+use crate::exit::Failure;
+use crate::lock::holder::OwnData;
+use crate::lock::lease::LeasePolicy;
+use crate::lock::recipe::{LockKind, acquisition_order};
+use crate::report::Report;
+use crate::session::{Settings, connection_timeout_for};
+
+/// Everything decided from the command line before talking to ZooKeeper.
+pub(super) struct Plan<'a> {
+    pub(super) args: &'a RunArgs,
+    pub(super) argv: Vec<OsString>,
+    /// The lock paths as given (for the environment) and in the order they
+    /// are taken.
+    pub(super) paths: Vec<&'a str>,
+    pub(super) order: Vec<&'a str>,
+    pub(super) kind: LockKind,
+    pub(super) connect: Settings,
+    /// The ACL of every node we create.
+    pub(super) acls: Vec<zookeeper_client::Acl>,
+    pub(super) wait: bool,
+    /// What our nodes say about us (holder.rs), and the data they are
+    /// created with.
+    pub(super) own: OwnData,
+    pub(super) data: Vec<u8>,
+    pub(super) report: Report,
+}
+
+impl<'a> Plan<'a> {
+    pub(super) fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
+        let argv = args.command_line().map_err(Failure::usage)?;
+        let paths = args.lock_paths().map_err(Failure::usage)?;
+        // A typo in the command must not wait for the lock first.
+        child::check_runnable(&argv)?;
+        let connect = Settings::resolve(&args.connection.given()).map_err(Failure::usage)?;
+        let own = OwnData::new(&argv, args.label.as_deref());
+        let plan = Plan {
+            args,
+            data: own.queued(),
+            own,
+            argv,
+            order: acquisition_order(&paths),
+            paths,
+            kind: args.lock_kind(),
+            acls: connect.acl.to_zk(),
+            connect,
+            wait: args.wait_limit() != Some(Duration::ZERO),
+            report: Report(args.verbosity()),
+        };
+        // A --kill-after given must fit the session asked for (and, once
+        // connected, the one granted); an unset one is chosen to fit.
+        if args.kill_after.is_some() {
+            plan.policy(plan.connect.session_timeout)
+                .map_err(Failure::usage)?;
+        }
+        super::once::refuse(&plan)?;
+        Ok(plan)
+    }
+
+    /// The lease rule for a (requested or granted) session timeout, with
+    /// `--kill-after` as given (refused if it does not fit) or, if unset,
+    /// the largest that fits.
+    pub(super) fn policy(&self, session_timeout: Duration) -> Result<LeasePolicy, String> {
+        let policy = LeasePolicy {
+            session_timeout,
+            connection_timeout: connection_timeout_for(session_timeout),
+            kill_after: self.args.kill_after.map_or(Duration::ZERO, |k| k.0),
+            on_disconnect: self.args.on_disconnect,
+            poll_nodes: self
+                .connect
+                .sasl
+                .is_some()
+                .then(|| connection_timeout_for(session_timeout) / 2),
+        };
+        match self.args.kill_after {
+            Some(_) => policy.check().map(|()| policy),
+            None => policy.with_default_kill_after(),
+        }
+    }
+}

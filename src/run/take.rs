@@ -1,0 +1,203 @@
+//! Connecting and taking every lock under one deadline: queueing again in
+//! a new session when the session or our node is lost while waiting.
+
+use std::cell::Cell;
+
+use anyhow::Result;
+use tokio::time::Instant;
+
+use super::give_up::{GivenUp, deadline_after_first_look};
+use super::plan::Plan;
+use super::session_timeout_ms;
+use super::wait_report::WaitReport;
+use crate::command::signals::{Signals, aborts_waiting};
+use crate::exit::{Exit, Failure};
+use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
+use crate::lock::lease::{self, LeasePolicy};
+use crate::session::{Session, is_session_lost};
+
+pub(super) enum Taken {
+    /// Every lock is ours; the nodes are in acquisition order, each with
+    /// the watch set on it while waiting, if any.
+    Held(Box<Session>, Vec<Node>, Vec<Option<NodeWatch>>, LeasePolicy),
+    /// zklock ends without running the command.
+    Ended(Exit),
+}
+
+/// Connects and takes every lock under one deadline. A lost session or node
+/// while waiting means queueing again in a new session, deadline allowing.
+pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
+    let report = plan.report;
+    let deadline = plan
+        .args
+        .wait_limit()
+        .filter(|_| plan.wait)
+        .map(|limit| Instant::now() + limit);
+    loop {
+        let (session, policy) = match connect(plan, signals).await? {
+            Ok(connected) => connected,
+            Err(exit) => return Ok(Taken::Ended(exit)),
+        };
+        let mut owned = Vec::new();
+        let mut watches = Vec::new();
+        let mut observer = WaitReport::new(report);
+        let looked = observer.looked.clone();
+        let unreachable_since = Cell::new(None);
+        let waited = tokio::select! {
+            result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
+            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
+            signal = abort_signal(signals) => Waited::Signal(signal),
+            () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
+        };
+        let held_path = observer
+            .current
+            .clone()
+            .unwrap_or_else(|| plan.order.join(" "));
+        match waited {
+            Waited::Done(Ok(Acquired::Held(..))) => {
+                return Ok(Taken::Held(Box::new(session), owned, watches, policy));
+            }
+            Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
+                let given_up = GivenUp {
+                    held_path: &held_path,
+                    waited: plan.wait,
+                    unreachable_since: unreachable_since.get(),
+                };
+                given_up.end(session, &owned, &observer, report).await;
+                return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+            }
+            Waited::Signal(signal) => {
+                let _ = session.close(&acquire::paths(&owned)).await;
+                return Ok(Taken::Ended(Exit::Signal(signal)));
+            }
+            Waited::Done(Ok(Acquired::Lost)) => {
+                let _ = session.close(&acquire::paths(&owned)).await;
+                report.info(format_args!(
+                    "our node vanished while waiting; queueing again in a new session"
+                ));
+            }
+            Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
+                let _ = session.close(&acquire::paths(&owned)).await;
+                report.info(format_args!(
+                    "session lost while waiting ({err:#}); queueing again"
+                ));
+            }
+            Waited::Done(Err(err)) => {
+                let _ = session.close(&acquire::paths(&owned)).await;
+                if err.downcast_ref::<acquire::MissingChroot>().is_some() {
+                    let hosts = &plan.connect.hosts;
+                    return Err(Failure::usage(format!(
+                        "the chroot {} given with -z does not exist at {}",
+                        hosts.chroot().unwrap_or("/"),
+                        hosts.connect_string()
+                    )));
+                }
+                return Err(err);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            report.note(format_args!(
+                "timed out waiting for {}",
+                plan.order.join(" ")
+            ));
+            return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+        }
+    }
+}
+
+/// Connects, and applies the lease rule to the granted session timeout
+/// (refusing a --kill-after that does not fit; choosing one if unset);
+/// `Err(exit)` when a signal ended zklock meanwhile.
+pub(super) async fn connect(
+    plan: &Plan<'_>,
+    signals: &mut Signals,
+) -> Result<Result<(Session, LeasePolicy), Exit>> {
+    let session = tokio::select! {
+        session = Session::connect(&plan.connect) => session?,
+        signal = abort_signal(signals) => return Ok(Err(Exit::Signal(signal))),
+    };
+    plan.report.info(format_args!(
+        "connected to {} (session {:#x}, timeout {})",
+        plan.connect.hosts.connect_string(),
+        session.id(),
+        humantime::format_duration(session.timeout())
+    ));
+    if let Err(err) = session.check_acl(&plan.connect).await {
+        let _ = session.close(&[]).await;
+        return Err(err);
+    }
+    let policy = match plan.policy(session.timeout()) {
+        Ok(policy) => policy,
+        Err(why) => {
+            let granted = humantime::format_duration(session_timeout_ms(&session));
+            let _ = session.close(&[]).await;
+            return Err(Failure::usage(match plan.args.kill_after {
+                Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
+                None => format!("the ensemble granted a {granted} session: {why}"),
+            }));
+        }
+    };
+    if plan.args.kill_after.is_none() {
+        let kill_after = humantime::format_duration(policy.kill_after);
+        let granted = humantime::format_duration(session_timeout_ms(&session));
+        let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
+            format!("the default, which fits a {granted} session")
+        } else if policy.check().is_ok() {
+            format!("the most a {granted} session leaves room for")
+        } else {
+            format!(
+                "a {granted} session leaves no room to reconnect in; half of what is \
+                 left before it can expire"
+            )
+        };
+        plan.report
+            .info(format_args!("--kill-after not given: {kill_after} ({why})"));
+    }
+    Ok(Ok((session, policy)))
+}
+
+/// Takes the locks one by one in acquisition order. On success `owned`
+/// holds exactly the held nodes, in that order.
+async fn acquire_all(
+    plan: &Plan<'_>,
+    client: &zookeeper_client::Client,
+    owned: &mut Vec<Node>,
+    watches: &mut Vec<Option<NodeWatch>>,
+    observer: &mut WaitReport,
+) -> Result<Acquired> {
+    let mut last = Acquired::Busy;
+    for dir in &plan.order {
+        observer.current = Some((*dir).to_owned());
+        let request = Request {
+            client,
+            dir,
+            kind: plan.kind,
+            data: &plan.data,
+            wait: plan.wait,
+            acls: &plan.acls,
+        };
+        last = acquire::acquire(&request, owned, observer).await?;
+        match &mut last {
+            Acquired::Held(_, watch) => watches.push(watch.take()),
+            _ => return Ok(last),
+        }
+    }
+    Ok(last)
+}
+
+enum Waited {
+    Done(Result<Acquired>),
+    TimedOut,
+    Signal(i32),
+}
+
+/// Resolves with the first signal that should end zklock while it connects
+/// or waits.
+pub(super) async fn abort_signal(signals: &mut Signals) -> i32 {
+    loop {
+        let signal = signals.recv().await;
+        if signal != libc::SIGCHLD && aborts_waiting(signal) {
+            return signal;
+        }
+    }
+}
