@@ -59,6 +59,8 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::command::spawn::clone_sharing_memory;
+
 /// argv[1] of the keeper's hidden mode. Not an option clap knows: `main`
 /// checks for it before parsing, and nobody types it by accident.
 pub const HIDDEN_MODE: &str = "\u{1}zklock-keeper";
@@ -101,30 +103,18 @@ impl Keeper {
         let pipe: &'static [libc::c_int; 2] = Box::leak(Box::new(fds));
         let stack: &'static mut [u8] = Box::leak(vec![0u8; STACK_SIZE].into_boxed_slice());
         // Grows down; 16-byte aligned as the ABIs require.
-        let top = ((stack.as_mut_ptr() as usize + STACK_SIZE) & !15) as *mut libc::c_void;
-        // SAFETY: the signal masks are plain data. K starts with every signal
-        // blocked and keeps them so: our handlers (copied into K) never run
-        // there, and signals sent to K cannot end it, except SIGKILL.
+        // SAFETY: K starts with every signal blocked and keeps them so: our
+        // handlers (copied into K) never run there, and signals sent to K
+        // cannot end it, except SIGKILL. K runs only `keeper_main`, which
+        // allocates nothing, writes nothing of ours, and reads only the
+        // leaked `pipe`; its stack is leaked too.
         let pid = unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut previous: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
-            // SAFETY (clone): K runs only `keeper_main`, which allocates
-            // nothing, writes nothing of ours, and reads only the leaked
-            // `pipe`; its stack is leaked too.
-            let pid = libc::clone(
+            clone_sharing_memory(
                 keeper_main,
-                top,
-                libc::CLONE_VM | libc::SIGCHLD,
+                stack,
+                0,
                 (pipe as *const [libc::c_int; 2]).cast_mut().cast(),
-            );
-            let clone_error = io::Error::last_os_error();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-            if pid < 0 {
-                return Err(clone_error);
-            }
-            pid
+            )?
         };
         drop(read);
         let keeper = Keeper {

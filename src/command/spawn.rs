@@ -74,33 +74,12 @@ pub fn launch(
         error: AtomicI32::new(0),
     };
     let mut stack = vec![0u8; STACK_SIZE];
-    // The stack grows down on every architecture Linux runs zklock on;
-    // keep the top 16-byte aligned as the ABIs require.
-    let top = ((stack.as_mut_ptr() as usize + STACK_SIZE) & !15) as *mut libc::c_void;
     let plan_ptr: *mut Plan = &mut plan;
-    // SAFETY: the signal masks are plain data. Blocking every signal until
-    // the child has reset its handlers keeps our handlers (which write to
-    // our signal pipe) from running in the child.
+    // SAFETY: CLONE_VFORK suspends this thread until the child execs or
+    // exits, so `plan` and `stack` outlive its use of them; the child runs
+    // only `child_main`, which does not allocate.
     let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut previous: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
-        // SAFETY (clone): CLONE_VFORK suspends this thread until the child
-        // execs or exits, so `plan` and `stack` outlive its use of them;
-        // the child runs only `child_main`, which does not allocate.
-        let pid = libc::clone(
-            child_main,
-            top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            plan_ptr.cast(),
-        );
-        let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(clone_error);
-        }
-        pid
+        clone_sharing_memory(child_main, &mut stack, libc::CLONE_VFORK, plan_ptr.cast())?
     };
     drop(stack);
     match plan.error.load(Ordering::SeqCst) {
@@ -111,6 +90,44 @@ pub fn launch(
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             Err(io::Error::from_raw_os_error(errno))
         }
+    }
+}
+
+/// Starts `entry(arg)` in a child process that shares our memory
+/// (CLONE_VM, plus `flags`), running on `stack`, and reporting its exit to
+/// us with SIGCHLD. Every signal is blocked in this thread around the
+/// clone, and the child starts with that mask: our handlers (which write to
+/// our signal pipe) must never run in it before it has reset them, or at
+/// all.
+///
+/// # Safety
+///
+/// `entry` must allocate nothing and call only async-signal-safe
+/// functions, and `stack` and whatever `arg` points to must stay valid and
+/// untouched by us for as long as the child uses them.
+pub(super) unsafe fn clone_sharing_memory(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack: &mut [u8],
+    flags: libc::c_int,
+    arg: *mut libc::c_void,
+) -> io::Result<libc::pid_t> {
+    // The stack grows down on every architecture Linux runs zklock on;
+    // keep the top 16-byte aligned as the ABIs require.
+    let top = ((stack.as_mut_ptr() as usize + stack.len()) & !15) as *mut libc::c_void;
+    // SAFETY: the signal masks are plain data; the clone's preconditions
+    // are this function's own.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut previous);
+        let pid = libc::clone(entry, top, libc::CLONE_VM | flags | libc::SIGCHLD, arg);
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        Ok(pid)
     }
 }
 
