@@ -433,6 +433,60 @@ fn secure_sasl_outage_keeps_the_lock_and_the_identity() {
     assert_no_nodes(&zk, &path);
 }
 
+/// `addauth digest` is the client library's to send again after a
+/// reconnect: on a server that enforces `digest`, a holder cut off for
+/// longer than a connection timeout keeps its session, its node and its
+/// identity (the node's creator ACL still lets it delete the node at the end).
+#[test]
+fn secure_digest_outage_keeps_the_lock_and_the_identity() {
+    let server = secure_server(Security::digest_enforced());
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("digest-outage");
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args([
+        "--digest-user",
+        "alice",
+        "--acl",
+        "creator",
+        "--session-timeout",
+        "4s",
+        "--kill-after",
+        "0.5s",
+    ]);
+    cmd.env("ZKLOCK_PASSWORD", "alice-secret");
+    let holder = Gated::start(cmd);
+    let zk = Inspector::connect_secure(
+        &server.connect_string(),
+        &ClientSecurity::digest("alice", "alice-secret"),
+    );
+    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let (_, stat) = zk.get_data(&node).expect("the holder's node");
+    let connections = proxy.connections();
+    proxy.set_mode(Mode::Blackhole);
+    let cut = Instant::now();
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        cut + Duration::from_millis(1500),
+    );
+    proxy.set_mode(Mode::Pass);
+    node_kept_until(
+        &zk,
+        &node,
+        stat.ephemeral_owner,
+        cut + Duration::from_secs(5),
+    );
+    assert!(
+        proxy.connections() > connections,
+        "the holder never reconnected"
+    );
+    // Exit 0, not 76, and the node deleted by its owner: the identity came
+    // back with the connection (a creator ACL lets only alice delete it).
+    assert!(holder.finish().success());
+    assert_no_nodes(&zk, &path);
+}
+
 #[test]
 fn secure_tls_ensemble_failover_keeps_the_lock() {
     let mut ensemble = Ensemble::start_with(
