@@ -130,6 +130,13 @@ pub async fn take_turn(
             if event != Some(zk::EventType::NodeDataChanged) {
                 break matches!(event, None | Some(zk::EventType::NodeDeleted));
             }
+            // That write means the node ahead now holds the lock: everything
+            // before it is gone. To report who holds it, list again and read
+            // the new first node once (the holder writes once per hold).
+            if observer.wants_data() {
+                reported_first.clear();
+                continue 'queue;
+            }
         };
         // New nodes only queue behind existing ones (sequence numbers grow),
         // so what precedes ours can only shrink: when the one node ahead at
