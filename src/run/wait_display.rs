@@ -118,7 +118,13 @@ impl WaitDisplay {
         loop {
             ticks.tick().await;
             match self.mode {
-                Mode::Line => self.redraw(),
+                Mode::Line => {
+                    self.redraw();
+                    // The spinner turns: zklock is alive.
+                    if let Some(bar) = &*self.bar.borrow() {
+                        bar.tick();
+                    }
+                }
                 _ => {
                     if let Some(queue) = &*self.queue.borrow() {
                         self.report.info(format_args!(
