@@ -22,7 +22,8 @@ pub trait Observer {
     /// is next. `first_data` is its node as read when [`Observer::wants_data`].
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>);
     /// Whether reading the first node's data (one more round trip, each time
-    /// it changes) is worth it.
+    /// it changes, and a listing when the node ahead of us takes the lock)
+    /// is worth it.
     fn wants_data(&self) -> bool;
     /// A semaphore's permits are all taken by `holders` leases.
     fn pool_full(&mut self, holders: usize);
