@@ -1,6 +1,10 @@
 //! What zklock says on stderr: one line each, `zklock: ` first, by
 //! verbosity.
 
+use std::sync::{Mutex, PoisonError};
+
+use indicatif::ProgressBar;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Verbosity {
     Quiet,
@@ -33,11 +37,30 @@ impl Report {
     }
 }
 
+/// The status line shown while waiting (run/wait_display.rs), if any.
+static STATUS_LINE: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// While `bar` is shown, lines are printed above it, not into it.
+pub fn show_above(bar: Option<ProgressBar>) {
+    *STATUS_LINE.lock().unwrap_or_else(PoisonError::into_inner) = bar;
+}
+
 /// One line on stderr. Unlike `eprintln!`, a closed or broken stderr is
 /// ignored: panicking there would skip the cleanup of our nodes.
 pub fn say(message: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "zklock: {message}");
+    let line = format!("zklock: {message}\n");
+    let write = || {
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    };
+    let bar = STATUS_LINE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
+    }
 }
 
 /// A command's answer on stdout (status, list), with a final newline;

@@ -22,7 +22,8 @@ pub trait Observer {
     /// is next. `first_data` is its node as read when [`Observer::wants_data`].
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>);
     /// Whether reading the first node's data (one more round trip, each time
-    /// it changes) is worth it.
+    /// it changes, and a listing when the node ahead of us takes the lock)
+    /// is worth it.
     fn wants_data(&self) -> bool;
     /// A semaphore's permits are all taken by `holders` leases.
     fn pool_full(&mut self, holders: usize);
@@ -129,6 +130,13 @@ pub async fn take_turn(
             // the node is still there, so watch it again without listing.
             if event != Some(zk::EventType::NodeDataChanged) {
                 break matches!(event, None | Some(zk::EventType::NodeDeleted));
+            }
+            // That write means the node ahead now holds the lock: everything
+            // before it is gone. To report who holds it, list again and read
+            // the new first node once (the holder writes once per hold).
+            if observer.wants_data() {
+                reported_first.clear();
+                continue 'queue;
             }
         };
         // New nodes only queue behind existing ones (sequence numbers grow),

@@ -8,6 +8,7 @@ mod once;
 mod plan;
 mod reentry;
 mod take;
+mod wait_display;
 mod wait_report;
 
 use std::rc::Rc;

@@ -2,6 +2,7 @@
 //! a new session when the session or our node is lost while waiting.
 
 use std::cell::Cell;
+use std::rc::Rc;
 
 use anyhow::Result;
 use tokio::time::Instant;
@@ -9,6 +10,7 @@ use tokio::time::Instant;
 use super::give_up::{GivenUp, deadline_after_first_look};
 use super::plan::Plan;
 use super::session_timeout_ms;
+use super::wait_display::WaitDisplay;
 use super::wait_report::WaitReport;
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
@@ -33,6 +35,9 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         .wait_limit()
         .filter(|_| plan.wait)
         .map(|limit| Instant::now() + limit);
+    // One display for the whole wait, across sessions; dropping it (on any
+    // way out, errors included) erases the status line.
+    let display = Rc::new(WaitDisplay::new(report, plan.wait));
     loop {
         let (session, policy) = match connect(plan, signals).await? {
             Ok(connected) => connected,
@@ -40,7 +45,7 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
-        let mut observer = WaitReport::new(report);
+        let mut observer = WaitReport::new(report, Rc::clone(&display));
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
         let waited = tokio::select! {
@@ -48,7 +53,15 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
             () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
             () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
+            () = display.tick() => unreachable!("never resolves"),
         };
+        if !matches!(
+            waited,
+            Waited::Done(Ok(Acquired::Lost)) | Waited::Done(Err(_))
+        ) {
+            // Before the command's output or our last word.
+            display.clear();
+        }
         let held_path = observer
             .current
             .clone()

@@ -4,6 +4,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use super::wait_display::WaitDisplay;
 use crate::lock::acquire::{Node, Observer};
 use crate::lock::holder::{self, Seen};
 use crate::report::Report;
@@ -14,6 +15,7 @@ use crate::session::Session;
 /// held the lock if we give up.
 pub struct WaitReport {
     report: Report,
+    display: Rc<WaitDisplay>,
     first: Option<String>,
     first_data: Option<Seen>,
     /// The lock path being taken now (of several, the one that is held).
@@ -44,10 +46,12 @@ impl Observer for WaitReport {
             ));
             self.first = Some(first.to_owned());
         }
+        let path = self.current.as_deref().unwrap_or_default();
+        self.display.waiting(path, ahead, first, first_data);
     }
 
     fn wants_data(&self) -> bool {
-        self.report.0 >= Verbosity::Verbose
+        self.report.0 >= Verbosity::Verbose || self.display.wants_data()
     }
 
     fn pool_full(&mut self, holders: usize) {
@@ -56,13 +60,16 @@ impl Observer for WaitReport {
             "all {holders} permits are taken; waiting for one"
         ));
         self.first = None;
+        let path = self.current.as_deref().unwrap_or_default();
+        self.display.pool_full(path, holders);
     }
 }
 
 impl WaitReport {
-    pub fn new(report: Report) -> WaitReport {
+    pub fn new(report: Report, display: Rc<WaitDisplay>) -> WaitReport {
         WaitReport {
             report,
+            display,
             first: None,
             first_data: None,
             current: None,

@@ -35,4 +35,5 @@ mod shared;
 mod signals;
 mod terminal;
 mod usage;
+mod visible_wait;
 mod zklock_killed;

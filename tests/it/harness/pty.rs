@@ -83,6 +83,20 @@ impl Pty {
         KillOnDrop(child)
     }
 
+    /// Sets the terminal's size (a new pty has none, and programs then assume
+    /// 80 columns or fewer).
+    pub fn set_size(&mut self, rows: u16, cols: u16) {
+        let size = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads one winsize, which lives on our stack.
+        let rc = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        assert_eq!(rc, 0, "TIOCSWINSZ: {}", io::Error::last_os_error());
+    }
+
     /// Types `bytes` at the terminal (0x03 is Ctrl-C under the default settings).
     pub fn write(&mut self, bytes: &[u8]) {
         self.master.write_all(bytes).expect("write to pty master");

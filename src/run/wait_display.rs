@@ -1,0 +1,332 @@
+//! Showing a wait as it goes: one self-updating status line at a terminal,
+//! or with `-v` and no terminal (CI logs) a heartbeat line every minute.
+//! Off a terminal without `-v` nothing is shown: cron mails every line.
+
+use std::cell::RefCell;
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::time::Instant;
+
+use crate::lock::directory::HolderData;
+use crate::lock::holder::{self, Seen};
+use crate::report::{self, Report, Verbosity};
+
+/// How often a `-v` run without a terminal says it still waits.
+const HEARTBEAT: Duration = Duration::from_secs(60);
+
+/// How often the status line is redrawn, for its elapsed times.
+const REDRAW: Duration = Duration::from_secs(1);
+
+/// How a wait is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    /// The status line on stderr, a terminal.
+    Line,
+    /// `-v` lines on stderr, not a terminal: heartbeats.
+    Heartbeat,
+}
+
+/// What is known of the queue ahead of us.
+#[derive(Debug, Clone, Default)]
+struct Queue {
+    /// The lock path waited for.
+    path: String,
+    ahead: usize,
+    /// The first node ahead (full path), and its data if read.
+    first: String,
+    holder: Option<Seen>,
+    /// A semaphore's permits, all taken.
+    pool: Option<usize>,
+}
+
+/// The display of one `zklock run`'s wait, across sessions.
+pub struct WaitDisplay {
+    mode: Mode,
+    report: Report,
+    started: Instant,
+    queue: RefCell<Option<Queue>>,
+    bar: RefCell<Option<ProgressBar>>,
+}
+
+impl WaitDisplay {
+    /// `waits` is false with `--no-wait`: nothing to show then.
+    pub fn new(report: Report, waits: bool) -> WaitDisplay {
+        let terminal = std::io::stderr().is_terminal();
+        let mode = match (waits, report.0, terminal) {
+            (false, _, _) | (_, Verbosity::Quiet, _) => Mode::Off,
+            (true, _, true) => Mode::Line,
+            (true, Verbosity::Verbose, false) => Mode::Heartbeat,
+            (true, Verbosity::Normal, false) => Mode::Off,
+        };
+        WaitDisplay {
+            mode,
+            report,
+            started: Instant::now(),
+            queue: RefCell::new(None),
+            bar: RefCell::new(None),
+        }
+    }
+
+    /// Whether the holder's data is worth reading for this display.
+    pub fn wants_data(&self) -> bool {
+        self.mode == Mode::Line
+    }
+
+    /// `ahead` contenders precede us in `path`, the first being `first`;
+    /// `data` is its node if read this time.
+    pub fn waiting(&self, path: &str, ahead: usize, first: &str, data: Option<&Seen>) {
+        {
+            let mut queue = self.queue.borrow_mut();
+            let queue = queue.get_or_insert_with(Queue::default);
+            if queue.first != first {
+                queue.holder = None;
+            }
+            queue.path = path.to_owned();
+            queue.ahead = ahead;
+            queue.first = first.to_owned();
+            queue.pool = None;
+            if let Some(seen) = data {
+                queue.holder = Some(seen.clone());
+            }
+        }
+        self.redraw();
+    }
+
+    /// All `holders` permits of the semaphore at `path` are taken.
+    pub fn pool_full(&self, path: &str, holders: usize) {
+        *self.queue.borrow_mut() = Some(Queue {
+            path: path.to_owned(),
+            pool: Some(holders),
+            ..Queue::default()
+        });
+        self.redraw();
+    }
+
+    /// Keeps the display current while waiting: the status line's times
+    /// every second, the heartbeat every minute. Never resolves; reads
+    /// nothing from ZooKeeper.
+    pub async fn tick(&self) {
+        let every = match self.mode {
+            Mode::Off => return std::future::pending().await,
+            Mode::Line => REDRAW,
+            Mode::Heartbeat => heartbeat_interval(),
+        };
+        let mut ticks = tokio::time::interval_at(self.started + every, every);
+        loop {
+            ticks.tick().await;
+            match self.mode {
+                Mode::Line => {
+                    self.redraw();
+                    // The spinner turns: zklock is alive.
+                    if let Some(bar) = &*self.bar.borrow() {
+                        bar.tick();
+                    }
+                }
+                _ => {
+                    if let Some(queue) = &*self.queue.borrow() {
+                        self.report.info(format_args!(
+                            "still waiting {}: {}",
+                            short(self.started.elapsed()),
+                            summary(queue, SystemTime::now())
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn redraw(&self) {
+        if self.mode != Mode::Line {
+            return;
+        }
+        let Some(queue) = &*self.queue.borrow() else {
+            return;
+        };
+        let text = format!(
+            "waiting {} for {}: {}",
+            short(self.started.elapsed()),
+            queue.path,
+            summary(queue, SystemTime::now())
+        );
+        self.bar
+            .borrow_mut()
+            .get_or_insert_with(new_bar)
+            .set_message(text);
+    }
+
+    /// Erases the status line (the lock was taken, or zklock gives up):
+    /// before anything else is written to the terminal.
+    pub fn clear(&self) {
+        if let Some(bar) = self.bar.borrow_mut().take() {
+            report::show_above(None);
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for WaitDisplay {
+    /// Every way out of the wait (a signal, an error) erases the line.
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// A spinner with a message on stderr; our own lines are printed above it.
+fn new_bar() -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    // The template is a constant: it parses.
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {wide_msg}") {
+        bar.set_style(style);
+    }
+    report::show_above(Some(bar.clone()));
+    bar
+}
+
+/// The heartbeat's interval. ZKLOCK_HEARTBEAT_INTERVAL is a hook for the
+/// integration tests only (a minute is too long to wait for); it is not
+/// documented for users.
+fn heartbeat_interval() -> Duration {
+    std::env::var("ZKLOCK_HEARTBEAT_INTERVAL")
+        .ok()
+        .and_then(|text| humantime::parse_duration(&text).ok())
+        .filter(|every| !every.is_zero())
+        .unwrap_or(HEARTBEAT)
+}
+
+/// `2 ahead, held by pid 4242 on web1 for 14m`.
+fn summary(queue: &Queue, now: SystemTime) -> String {
+    if let Some(holders) = queue.pool {
+        return format!("all {holders} permits are taken");
+    }
+    let held_by = match queue
+        .holder
+        .as_ref()
+        .and_then(|seen| holder_text(seen, now))
+    {
+        Some(holder) => holder,
+        // Not read, or not zklock's data: the node's name still tells.
+        None => queue
+            .first
+            .rsplit('/')
+            .next()
+            .unwrap_or(&queue.first)
+            .to_owned(),
+    };
+    format!("{} ahead, held by {held_by}", queue.ahead)
+}
+
+/// `pid 4242 on web1 for 14m` from a holder's node. How long it has held is
+/// counted from its acquisition write's mtime (server clock) to `now`
+/// (this host's clock, as `zklock status` does), never negative.
+fn holder_text(seen: &Seen, now: SystemTime) -> Option<String> {
+    let Some(data) = HolderData::parse(&seen.data) else {
+        return holder::describe(seen);
+    };
+    let acquired = data.acquired == Some(true);
+    let mut text = match (acquired, data.pid, data.zklock_pid) {
+        (true, Some(pid), _) | (false, Some(pid), None) => format!("pid {pid}"),
+        (_, _, Some(zklock)) => format!("zklock {zklock}"),
+        (_, None, None) => return None,
+    };
+    if let Some(host) = &data.host {
+        text.push_str(&format!(" on {}", holder::escape_controls(host)));
+    }
+    if acquired {
+        let since = SystemTime::UNIX_EPOCH + Duration::from_millis(seen.mtime.max(0) as u64);
+        let held = now.duration_since(since).unwrap_or_default();
+        text.push_str(&format!(" for {}", short(held)));
+    }
+    Some(text)
+}
+
+/// A duration in at most two units, to the second: `42s`, `3m 5s`, `3m`,
+/// `2h 14m`, `3d 1h`.
+fn short(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let (big, small) = match secs {
+        0..60 => return format!("{secs}s"),
+        60..3600 => ((secs / 60, "m"), (secs % 60, "s")),
+        3600..86400 => ((secs / 3600, "h"), (secs % 3600 / 60, "m")),
+        _ => ((secs / 86400, "d"), (secs % 86400 / 3600, "h")),
+    };
+    match small.0 {
+        0 => format!("{}{}", big.0, big.1),
+        _ => format!("{}{} {}{}", big.0, big.1, small.0, small.1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-11-22T10:00:00Z.
+    const T0: i64 = 1_795_341_600_000;
+
+    fn at(millis: i64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(millis as u64)
+    }
+
+    fn queue(data: &str) -> Queue {
+        Queue {
+            path: "/l".into(),
+            ahead: 2,
+            first: "/l/_c_x-lock-0000000007".into(),
+            holder: Some(Seen {
+                data: data.as_bytes().to_vec(),
+                ctime: T0,
+                mtime: T0 + 60_000,
+            }),
+            pool: None,
+        }
+    }
+
+    #[test]
+    fn short_durations() {
+        let s = |secs| short(Duration::from_secs(secs));
+        assert_eq!(s(0), "0s");
+        assert_eq!(s(59), "59s");
+        assert_eq!(s(180), "3m");
+        assert_eq!(s(185), "3m 5s");
+        assert_eq!(s(2 * 3600 + 14 * 60 + 9), "2h 14m");
+        assert_eq!(s(3 * 86400 + 3600), "3d 1h");
+    }
+
+    #[test]
+    fn a_running_holder_is_held_since_its_write() {
+        let q = queue(r#"{"host":"web1","pid":4242,"zklock_pid":4240,"acquired":true}"#);
+        let now = at(T0 + 15 * 60_000);
+        assert_eq!(
+            summary(&q, now),
+            "2 ahead, held by pid 4242 on web1 for 14m"
+        );
+        // Clocks differ: never a negative time.
+        assert_eq!(
+            summary(&q, at(T0)),
+            "2 ahead, held by pid 4242 on web1 for 0s"
+        );
+    }
+
+    #[test]
+    fn other_holders() {
+        let now = at(T0 + 15 * 60_000);
+        // Queued, not yet running its command: no time held.
+        let q = queue(r#"{"host":"web\u001b1","zklock_pid":4240}"#);
+        assert_eq!(
+            summary(&q, now),
+            r"2 ahead, held by zklock 4240 on web\u{1b}1"
+        );
+        // Another client's data, or none read: the node's name.
+        assert_eq!(
+            summary(&queue("10.0.0.7"), now),
+            "2 ahead, held by data \"10.0.0.7\""
+        );
+        let mut q = queue("");
+        q.holder = None;
+        assert_eq!(summary(&q, now), "2 ahead, held by _c_x-lock-0000000007");
+        q.pool = Some(3);
+        assert_eq!(summary(&q, now), "all 3 permits are taken");
+    }
+}
