@@ -1,0 +1,291 @@
+//! The command-line model. Doc comments here are the `--help` text: the
+//! subcommands here, `zklock run`'s options in `run.rs`, the connection and
+//! security options every subcommand shares in `connection.rs`.
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::EXIT_CODE_HELP;
+use crate::values::{LockPath, ZnodePath};
+
+mod connection;
+mod run;
+
+pub use connection::ConnectionArgs;
+use run::ENVIRONMENT_HELP;
+pub use run::RunArgs;
+/// Run a command while holding a distributed lock in Apache ZooKeeper.
+///
+/// Exactly one `zklock run` per lock path runs its command at a time, on any
+/// number of hosts, in arrival order. The lock is released when the command
+/// ends, when zklock is signalled, or when zklock dies (with its session).
+#[derive(Debug, Parser)]
+#[command(name = "zklock", version, propagate_version = true, after_help = EXIT_CODE_HELP)]
+#[command(subcommand_required = true, arg_required_else_help = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take the lock at PATH, run the command, release the lock.
+    ///
+    /// Examples:
+    ///   zklock run /locks/nightly-backup -- ./backup.sh --full
+    ///   zklock run -w 5m /locks/deploy -c 'make deploy'
+    ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
+    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
+    Run(RunArgs),
+
+    /// Show who holds each lock and who waits, in queue order.
+    ///
+    /// For each PATH: its kind (exclusive, shared, semaphore of N), the
+    /// holders, then the waiters, each with its node, fencing token,
+    /// session, how long it has held or waited, and what it runs on which
+    /// host. A path that does not exist is free. When PATH has a run record
+    /// (`run --once-per`), its last run and last success follow.
+    ///
+    /// Examples:
+    ///   zklock status /locks/nightly-backup
+    ///   zklock status --json /locks/deploy /locks/db
+    #[command(after_help = STATUS_EXIT_HELP, verbatim_doc_comment)]
+    Status(StatusArgs),
+
+    /// List every lock under PREFIX (default /), recursively.
+    ///
+    /// One line per lock path: its kind, number of holders, queue length
+    /// and how long the oldest holder has held it.
+    ///
+    /// Examples:
+    ///   zklock list /locks
+    ///   zklock list --json
+    #[command(after_help = LIST_EXIT_HELP, verbatim_doc_comment)]
+    List(ListArgs),
+
+    /// Delete the node of a lock's current holder (or the node named).
+    ///
+    /// Shows the holder and, at a terminal, asks before deleting; without a
+    /// terminal it refuses unless --yes is given. It deletes only the node
+    /// it showed: if the holder changed meanwhile, nothing is deleted. A
+    /// holder's zklock that is still running notices the loss and stops its
+    /// command (exit 76); the next waiter then takes the lock.
+    ///
+    /// Examples:
+    ///   zklock break /locks/nightly-backup
+    ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
+    ///   zklock break --record /locks/nightly-backup
+    #[command(after_help = BREAK_EXIT_HELP, verbatim_doc_comment)]
+    Break(BreakArgs),
+
+    /// Print the completion script for SHELL on stdout.
+    ///
+    /// Examples:
+    ///   zklock completions bash > /etc/bash_completion.d/zklock
+    ///   zklock completions zsh > "${fpath[1]}/_zklock"
+    ///   zklock completions fish > ~/.config/fish/completions/zklock.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        #[arg(value_name = "SHELL", value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page of zklock, or of one subcommand, as roff.
+    ///
+    /// Examples:
+    ///   zklock man | man -l -
+    ///   zklock man run > /usr/local/share/man/man1/zklock-run.1
+    #[command(verbatim_doc_comment)]
+    Man {
+        /// The subcommand whose page to print (zklock-SUBCOMMAND(1)).
+        #[arg(value_name = "SUBCOMMAND", value_parser = SUBCOMMANDS)]
+        subcommand: Option<String>,
+    },
+}
+
+/// Every subcommand's name (a unit test keeps it complete).
+pub const SUBCOMMANDS: [&str; 6] = ["run", "status", "list", "break", "completions", "man"];
+
+const STATUS_EXIT_HELP: &str = "\
+Exit status:
+  0   every PATH is free (no holder, no waiter)
+  1   at least one PATH is held or has waiters
+  69  cannot reach the ensemble within --connect-timeout
+  77  authentication failed or an ACL denies reading
+  64  usage error
+  70  any other ZooKeeper or internal error";
+
+const LIST_EXIT_HELP: &str = "\
+Exit status:
+  0   listed (also when no lock was found)
+  69  cannot reach the ensemble within --connect-timeout
+  77  authentication failed or an ACL denies reading
+  64  usage error
+  70  any other ZooKeeper or internal error";
+
+const BREAK_EXIT_HELP: &str = "\
+Exit status:
+  0   the node was deleted
+  1   nothing deleted: the path is free, the node (or --record) does not
+      exist, or the answer at the prompt was not yes
+  75  nothing deleted: the holder (or record) changed after it was shown
+  64  usage error, or no terminal to ask at and no --yes
+  69  cannot reach the ensemble within --connect-timeout
+  77  authentication failed or an ACL denies the delete
+  70  any other ZooKeeper or internal error";
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Lock paths to show.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<LockPath>,
+
+    /// Print one JSON document instead of text (fields in the README).
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Where to start looking (itself included).
+    #[arg(value_name = "PREFIX", default_value = "/")]
+    pub prefix: ZnodePath,
+
+    /// Print one JSON document instead of text (fields in the README).
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BreakArgs {
+    /// The lock path whose holder's node to delete.
+    #[arg(value_name = "PATH")]
+    pub path: LockPath,
+
+    /// Delete this node of PATH (a name shown by `zklock status`) instead of
+    /// the current holder's.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// Delete PATH's run record (PATH/zklock.record, written by
+    /// `run --once-per`) instead of a lock node: the next run then runs.
+    #[arg(long, conflicts_with = "node")]
+    pub record: bool,
+
+    /// Do not ask; required when stdin is not a terminal.
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::lock::recipe::LockKind;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_model_is_consistent() {
+        Cli::command().debug_assert();
+        let cli = Cli::command();
+        let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+        assert_eq!(names, SUBCOMMANDS);
+    }
+
+    #[test]
+    fn run_needs_exactly_one_command_form() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        assert!(parse(&["zklock", "run", "/l", "--", "true"]).is_ok());
+        assert!(parse(&["zklock", "run", "/l", "-c", "true"]).is_ok());
+        assert!(parse(&["zklock", "run", "/l", "-c", "x", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "-w", "1", "-n", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "-E", "256", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "-s", "--write", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "-s", "--limit", "2", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "--limit", "0", "/l", "--", "true"]).is_err());
+        assert!(parse(&["zklock", "run", "--", "true"]).is_err());
+        let Command::Run(bare) = parse(&["zklock", "run", "/l"]).unwrap().command else {
+            panic!("not run")
+        };
+        assert!(
+            bare.command_line()
+                .unwrap_err()
+                .starts_with("no command given")
+        );
+        let Command::Run(shell) = parse(&["zklock", "run", "/l", "-c", "echo hi"])
+            .unwrap()
+            .command
+        else {
+            panic!("not run")
+        };
+        let line = shell.command_line().unwrap();
+        assert_eq!(line[1..], ["-c".into(), "echo hi".into()] as [OsString; 2]);
+    }
+
+    #[test]
+    fn kinds_and_paths() {
+        let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
+            Command::Run(run) => run,
+            _ => panic!("not run"),
+        };
+        assert_eq!(
+            run(&["zklock", "run", "/l", "--", "true"]).lock_kind(),
+            LockKind::Exclusive
+        );
+        assert_eq!(
+            run(&["zklock", "run", "-x", "/l", "--", "true"]).lock_kind(),
+            LockKind::Exclusive
+        );
+        assert_eq!(
+            run(&["zklock", "run", "-s", "/l", "--", "true"]).lock_kind(),
+            LockKind::Read
+        );
+        assert_eq!(
+            run(&["zklock", "run", "--write", "/l", "--", "true"]).lock_kind(),
+            LockKind::Write
+        );
+        assert_eq!(
+            run(&["zklock", "run", "--limit", "3", "/l", "--", "true"]).lock_kind(),
+            LockKind::Semaphore(3)
+        );
+        assert_eq!(
+            run(&["zklock", "run", "/b", "/a", "--", "true"]).lock_paths(),
+            Ok(vec!["/b", "/a"])
+        );
+        assert!(
+            run(&["zklock", "run", "/a", "/b", "/a", "--", "true"])
+                .lock_paths()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn wait_limit_follows_flags() {
+        let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
+            Command::Run(run) => run,
+            _ => panic!("not run"),
+        };
+        assert_eq!(
+            run(&["zklock", "run", "/l", "--", "true"]).wait_limit(),
+            None
+        );
+        assert_eq!(
+            run(&["zklock", "run", "-n", "/l", "--", "true"]).wait_limit(),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            run(&["zklock", "run", "-w", "1.5", "/l", "--", "true"]).wait_limit(),
+            Some(Duration::from_millis(1500))
+        );
+    }
+}
