@@ -183,7 +183,11 @@ async fn watch(hosts: &str) -> Result<()> {
     let client = connect(hosts).await?;
     let mut stdout = std::io::stdout();
     for node in std::io::stdin().lines() {
-        let (_, _, watcher) = client.get_and_watch_data(&node?).await?;
+        let node = node?;
+        // On an ensemble this session's member may not have applied the
+        // other session's create yet; sync catches it up (before the timing).
+        client.sync(&node).await?;
+        let (_, _, watcher) = client.get_and_watch_data(&node).await?;
         writeln!(stdout, "watching")?;
         stdout.flush()?;
         watcher.changed().await;
