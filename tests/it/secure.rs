@@ -384,33 +384,31 @@ fn node_kept_until(zk: &Inspector, node: &str, owner: i64, until: Instant) {
     }
 }
 
-#[test]
-fn secure_sasl_outage_keeps_the_lock_and_the_identity() {
-    let server = sasl_server();
+/// A holder authenticated with `auth` (its arguments and password) on a
+/// server enforcing authentication is cut off by a proxy for longer than a
+/// connection timeout (1 s): it keeps its node, and its exit is 0, not 76.
+/// The server takes the connection back only if the identity is sent again,
+/// and the lease's check after the reconnect would end the session if not.
+fn outage_keeps_the_lock_and_the_identity(
+    server: &ZkServer,
+    tag: &str,
+    auth: &[&str],
+    password: &str,
+    identity: &ClientSecurity,
+) {
     let proxy = FaultProxy::start(server.addr());
-    let path = unique_path("sasl-outage");
+    let path = unique_path(tag);
     let mut cmd = zklock_run(&proxy.connect_string(), &path);
-    cmd.args([
-        "--sasl-user",
-        SASL_USER,
-        "--session-timeout",
-        "4s",
-        "--kill-after",
-        "0.5s",
-    ]);
-    cmd.env("ZKLOCK_PASSWORD", SASL_PASSWORD);
+    cmd.args(auth);
+    cmd.args(["--session-timeout", "4s", "--kill-after", "0.5s"]);
+    cmd.env("ZKLOCK_PASSWORD", password);
     let holder = Gated::start(cmd);
-    let zk = Inspector::connect_secure(
-        &server.connect_string(),
-        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
-    );
+    let zk = Inspector::connect_secure(&server.connect_string(), identity);
     let node = format!("{path}/{}", zk.children(&path)[0]);
     let (_, stat) = zk.get_data(&node).expect("the holder's node");
     let connections = proxy.connections();
     proxy.set_mode(Mode::Blackhole);
     let cut = Instant::now();
-    // Longer than the connection timeout (1 s): the client reconnects, and the
-    // server (enforcing SASL) takes it back only if SASL runs again.
     node_kept_until(
         &zk,
         &node,
@@ -433,58 +431,28 @@ fn secure_sasl_outage_keeps_the_lock_and_the_identity() {
     assert_no_nodes(&zk, &path);
 }
 
+#[test]
+fn secure_sasl_outage_keeps_the_lock_and_the_identity() {
+    outage_keeps_the_lock_and_the_identity(
+        sasl_server(),
+        "sasl-outage",
+        &["--sasl-user", SASL_USER],
+        SASL_PASSWORD,
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+}
+
 /// `addauth digest` is the client library's to send again after a
-/// reconnect: on a server that enforces `digest`, a holder cut off for
-/// longer than a connection timeout keeps its session, its node and its
-/// identity (the node's creator ACL still lets it delete the node at the end).
+/// reconnect; with a creator ACL only alice may delete the node at the end.
 #[test]
 fn secure_digest_outage_keeps_the_lock_and_the_identity() {
-    let server = secure_server(Security::digest_enforced());
-    let proxy = FaultProxy::start(server.addr());
-    let path = unique_path("digest-outage");
-    let mut cmd = zklock_run(&proxy.connect_string(), &path);
-    cmd.args([
-        "--digest-user",
-        "alice",
-        "--acl",
-        "creator",
-        "--session-timeout",
-        "4s",
-        "--kill-after",
-        "0.5s",
-    ]);
-    cmd.env("ZKLOCK_PASSWORD", "alice-secret");
-    let holder = Gated::start(cmd);
-    let zk = Inspector::connect_secure(
-        &server.connect_string(),
+    outage_keeps_the_lock_and_the_identity(
+        &secure_server(Security::digest_enforced()),
+        "digest-outage",
+        &["--digest-user", "alice", "--acl", "creator"],
+        "alice-secret",
         &ClientSecurity::digest("alice", "alice-secret"),
     );
-    let node = format!("{path}/{}", zk.children(&path)[0]);
-    let (_, stat) = zk.get_data(&node).expect("the holder's node");
-    let connections = proxy.connections();
-    proxy.set_mode(Mode::Blackhole);
-    let cut = Instant::now();
-    node_kept_until(
-        &zk,
-        &node,
-        stat.ephemeral_owner,
-        cut + Duration::from_millis(1500),
-    );
-    proxy.set_mode(Mode::Pass);
-    node_kept_until(
-        &zk,
-        &node,
-        stat.ephemeral_owner,
-        cut + Duration::from_secs(5),
-    );
-    assert!(
-        proxy.connections() > connections,
-        "the holder never reconnected"
-    );
-    // Exit 0, not 76, and the node deleted by its owner: the identity came
-    // back with the connection (a creator ACL lets only alice delete it).
-    assert!(holder.finish().success());
-    assert_no_nodes(&zk, &path);
 }
 
 #[test]
