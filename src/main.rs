@@ -41,10 +41,10 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(err),
     };
     let outcome = match cli.command {
-        Command::Run(args) => run::run(args),
-        Command::Status(args) => status::status(args),
-        Command::List(args) => list::list(args),
-        Command::Break(args) => break_lock::break_lock(args),
+        Command::Run(cli::Deferred(args)) => run::run(args),
+        Command::Status(cli::Deferred(args)) => status::status(args),
+        Command::List(cli::Deferred(args)) => list::list(args),
+        Command::Break(cli::Deferred(args)) => break_lock::break_lock(args),
         Command::Completions { shell } => generate::completions(shell),
         Command::Man { subcommand } => generate::man(subcommand.as_deref()),
     };
@@ -84,27 +84,23 @@ fn usage_error(err: clap::Error) -> ExitCode {
 /// names the option either way. Parsing again without the variable tells:
 /// the same error then means the command line gave the value.
 fn from_environment(err: &clap::Error) -> Option<&'static str> {
-    use clap::CommandFactory;
     use clap::error::{ContextKind, ContextValue};
-    const VARIABLES: [(&str, &str, &str); 1] = [("--zookeeper", "hosts", "ZKLOCK_ZOOKEEPER")];
     if err.kind() != ClapErrorKind::ValueValidation {
         return None;
     }
     let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
         return None;
     };
-    let (_, id, variable) = VARIABLES
-        .into_iter()
-        .find(|(flag, _, _)| arg.starts_with(flag))?;
-    std::env::var_os(variable)?;
-    let without = cli::Cli::command()
-        .mut_subcommand("run", |run| run.mut_arg(id, |a| a.env(None)))
-        .try_get_matches();
+    if !arg.starts_with("--zookeeper") {
+        return None;
+    }
+    std::env::var_os(cli::HOSTS_VARIABLE)?;
+    let without = cli::ignoring_hosts_variable().try_get_matches();
     let same_error = without.err().is_some_and(|again| {
         again.kind() == err.kind()
             && again.get(ContextKind::InvalidArg).map(ToString::to_string) == Some(arg.clone())
     });
-    (!same_error).then_some(variable)
+    (!same_error).then_some(cli::HOSTS_VARIABLE)
 }
 
 /// clap's message for a bad value, naming the variable it came from.

@@ -9,6 +9,9 @@ use crate::session::Settings;
 use crate::session::settings::Given;
 use crate::values::{Seconds, Target};
 
+/// The variable `--zookeeper` falls back to.
+pub const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
+
 /// How to reach the ensemble; shared by every subcommand that talks to it.
 /// Each value comes from the flag, else its environment variable, else the
 /// config file's ensemble (`-z @NAME`, or the file's `default`), else the
@@ -23,7 +26,7 @@ pub struct ConnectionArgs {
         short = 'z',
         long = "zookeeper",
         value_name = "HOSTS",
-        env = "ZKLOCK_ZOOKEEPER"
+        env = HOSTS_VARIABLE
     )]
     pub hosts: Option<Target>,
 

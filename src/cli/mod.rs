@@ -8,9 +8,11 @@ use crate::exit::EXIT_CODE_HELP;
 use crate::values::{LockPath, ZnodePath};
 
 mod connection;
+mod deferred;
 mod run;
 
-pub use connection::ConnectionArgs;
+pub use connection::{ConnectionArgs, HOSTS_VARIABLE};
+pub use deferred::Deferred;
 use run::ENVIRONMENT_HELP;
 pub use run::RunArgs;
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
@@ -35,7 +37,7 @@ pub enum Command {
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
     ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
-    Run(RunArgs),
+    Run(Deferred<RunArgs>),
 
     /// Show who holds each lock and who waits, in queue order.
     ///
@@ -49,7 +51,7 @@ pub enum Command {
     ///   zklock status /locks/nightly-backup
     ///   zklock status --json /locks/deploy /locks/db
     #[command(after_help = STATUS_EXIT_HELP, verbatim_doc_comment)]
-    Status(StatusArgs),
+    Status(Deferred<StatusArgs>),
 
     /// List every lock under PREFIX (default /), recursively.
     ///
@@ -60,7 +62,7 @@ pub enum Command {
     ///   zklock list /locks
     ///   zklock list --json
     #[command(after_help = LIST_EXIT_HELP, verbatim_doc_comment)]
-    List(ListArgs),
+    List(Deferred<ListArgs>),
 
     /// Delete the node of a lock's current holder (or the node named).
     ///
@@ -75,7 +77,7 @@ pub enum Command {
     ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
     ///   zklock break --record /locks/nightly-backup
     #[command(after_help = BREAK_EXIT_HELP, verbatim_doc_comment)]
-    Break(BreakArgs),
+    Break(Deferred<BreakArgs>),
 
     /// Print the completion script for SHELL on stdout.
     ///
@@ -100,6 +102,20 @@ pub enum Command {
         #[arg(value_name = "SUBCOMMAND", value_parser = SUBCOMMANDS)]
         subcommand: Option<String>,
     },
+}
+
+/// The model with `--zookeeper` reading nothing from [`HOSTS_VARIABLE`]:
+/// parsing with it tells whether a bad value came from the command line.
+pub fn ignoring_hosts_variable() -> clap::Command {
+    fn without<T: Args>(command: clap::Command) -> clap::Command {
+        deferred::build::<T>(command).mut_arg("hosts", |hosts| hosts.env(None))
+    }
+    use clap::CommandFactory;
+    Cli::command()
+        .mut_subcommand("run", |run| run.defer(without::<RunArgs>))
+        .mut_subcommand("status", |status| status.defer(without::<StatusArgs>))
+        .mut_subcommand("list", |list| list.defer(without::<ListArgs>))
+        .mut_subcommand("break", |command| command.defer(without::<BreakArgs>))
 }
 
 /// Every subcommand's name (a unit test keeps it complete).
@@ -203,6 +219,22 @@ mod tests {
     }
 
     #[test]
+    fn subcommand_options_are_built_only_when_needed() {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").unwrap();
+        assert_eq!(
+            run.get_arguments().count(),
+            0,
+            "run's options built eagerly"
+        );
+        let mut built = Cli::command();
+        built.build();
+        let run = built.find_subcommand("run").unwrap();
+        assert!(run.get_arguments().any(|a| a.get_id() == "hosts"));
+        assert!(run.get_arguments().any(|a| a.get_id() == "paths"));
+    }
+
+    #[test]
     fn run_needs_exactly_one_command_form() {
         let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
         assert!(parse(&["zklock", "run", "/l", "--", "true"]).is_ok());
@@ -214,7 +246,7 @@ mod tests {
         assert!(parse(&["zklock", "run", "-s", "--limit", "2", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--limit", "0", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--", "true"]).is_err());
-        let Command::Run(bare) = parse(&["zklock", "run", "/l"]).unwrap().command else {
+        let Command::Run(Deferred(bare)) = parse(&["zklock", "run", "/l"]).unwrap().command else {
             panic!("not run")
         };
         assert!(
@@ -222,7 +254,7 @@ mod tests {
                 .unwrap_err()
                 .starts_with("no command given")
         );
-        let Command::Run(shell) = parse(&["zklock", "run", "/l", "-c", "echo hi"])
+        let Command::Run(Deferred(shell)) = parse(&["zklock", "run", "/l", "-c", "echo hi"])
             .unwrap()
             .command
         else {
@@ -235,7 +267,7 @@ mod tests {
     #[test]
     fn kinds_and_paths() {
         let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
-            Command::Run(run) => run,
+            Command::Run(Deferred(run)) => run,
             _ => panic!("not run"),
         };
         assert_eq!(
@@ -272,7 +304,7 @@ mod tests {
     #[test]
     fn wait_limit_follows_flags() {
         let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
-            Command::Run(run) => run,
+            Command::Run(Deferred(run)) => run,
             _ => panic!("not run"),
         };
         assert_eq!(

@@ -265,3 +265,32 @@ fn paths_and_hosts_zookeeper_refuses_are_usage_errors() {
     assert!(!zk.exists(&base), "{base} was created");
     let _ = (assert_no_nodes, ServerOptions::default, ZkServer::start);
 }
+
+#[test]
+fn a_bad_hosts_variable_is_named_by_every_subcommand() {
+    // Found when clap's model became lazily built: the check that tells a
+    // bad variable from a bad -z looked at `run` only, so the operator
+    // commands blamed --zookeeper for a bad ZKLOCK_ZOOKEEPER.
+    for args in [
+        &["run", "/l", "--", "true"][..],
+        &["status", "/l"],
+        &["list"],
+        &["break", "--yes", "/l"],
+    ] {
+        let mut cmd = zklock();
+        cmd.args(args).env("ZKLOCK_ZOOKEEPER", "zk 1");
+        let out = run_bounded(&mut cmd, LONG);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(line.contains("in ZKLOCK_ZOOKEEPER"), "{args:?}: {line}");
+        let mut cmd = zklock();
+        cmd.arg(args[0])
+            .args(["-z", "zk 2"])
+            .args(&args[1..])
+            .env("ZKLOCK_ZOOKEEPER", "zk 1");
+        let out = run_bounded(&mut cmd, LONG);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(line.contains("'zk 2' for '--zookeeper"), "{args:?}: {line}");
+    }
+}
