@@ -54,14 +54,25 @@ pub struct Child {
 }
 
 impl Child {
-    /// Starts the command in a new process group with a clean signal state.
-    /// Exec failures map to 127 (not found) and 126 (not executable).
-    pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child> {
+    /// Starts the keeper of the process group `argv` will run in
+    /// (keeper.rs), ahead of the command: a run that waits for the lock
+    /// starts it before it waits, so that starting it is not on the path
+    /// from the lock's release to the next command's start.
+    pub fn prepare(argv: &[OsString]) -> Result<Keeper> {
+        let program = argv
+            .first()
+            .ok_or_else(|| Failure::usage("no command given"))?;
+        Keeper::start().map_err(|err| spawn_error(program, err))
+    }
+
+    /// Starts the command in the process group of `keeper` (from
+    /// [`Child::prepare`]) with a clean signal state. Exec failures map to
+    /// 127 (not found) and 126 (not executable).
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)], keeper: Keeper) -> Result<Child> {
         let program = argv
             .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
         let terminal = foreground_terminal();
-        let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         let pgid = keeper.pid();
         // On failure `keeper` is dropped, which kills it.
         let pid =

@@ -27,9 +27,12 @@
 //!   empty?" stays one kill(-G, 0) that fails with ESRCH, as before the
 //!   keeper: with K in G that check would need a scan of every process's
 //!   /proc stat file on every run, on the hand-off's path.
-//! * Starting K must stay off the hand-off's bill. A fork copies zklock's
-//!   page tables and then faults on every page either side writes (about
-//!   0.5 ms here, see spawn.rs). So K is a clone(CLONE_VM) child, without
+//! * Starting K must stay off the hand-off's bill. zklock starts it before
+//!   it connects (`Child::prepare`), so a waiter has its K when the lock
+//!   comes (queue hand-off 1.90 to 1.77 ms median on the bench machine);
+//!   while zklock waits, K blocks in read(), sharing zklock's memory. A fork
+//!   copies zklock's page tables and then faults on every page either side
+//!   writes (about 0.5 ms here, see spawn.rs). So K is a clone(CLONE_VM) child, without
 //!   CLONE_VFORK: zklock does not wait for it. It runs an allocation-free
 //!   function on a leaked stack, making system calls directly (it shares our
 //!   memory and, having no TLS of its own, our main thread's errno, which it

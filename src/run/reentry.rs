@@ -19,6 +19,7 @@ use zookeeper_client as zk;
 
 use super::ancestor::{self, Claim, Decision, Held, Inherited, Observed};
 use super::{HeldLock, Plan, command_environment, connect, run_command};
+use crate::command::child::Child;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure};
 use crate::lock::acquire::Node;
@@ -89,7 +90,8 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
         ours: false,
         record: None,
     };
-    let exit = run_command(plan, signals, &session, lock, policy, &env).await;
+    let keeper = Child::prepare(&plan.argv)?;
+    let exit = run_command(plan, signals, &session, lock, policy, &env, keeper).await;
     let _ = session.close(&[]).await;
     exit.map(|(exit, _)| Some(exit))
 }
