@@ -231,7 +231,9 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 ///   descriptor.
 /// * The group is never signalled once it is empty.
 ///
-/// Returns the command's status, or [`Exit::LockLost`] if the lock was lost.
+/// Returns the command's status, or [`Exit::LockLost`] if the lock was lost,
+/// and the group's keeper, for [`Keeper::end_with_zklock`] once the lock is
+/// released.
 pub async fn supervise(
     mut child: Child,
     signals: &mut Signals,
@@ -239,7 +241,7 @@ pub async fn supervise(
     kill_after: Duration,
     max_runtime: Option<Duration>,
     on_loss: &mut dyn FnMut(&str),
-) -> Exit {
+) -> (Exit, Keeper) {
     let mut time_up = max_runtime.map(|limit| Instant::now() + limit);
     let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
@@ -293,7 +295,7 @@ pub async fn supervise(
     let status = child
         .status
         .expect("loop ends only after the child was reaped");
-    if lock_lost {
+    let exit = if lock_lost {
         Exit::LockLost
     } else if timed_out {
         Exit::TimedOut
@@ -301,7 +303,8 @@ pub async fn supervise(
         Exit::Signal(signal)
     } else {
         Exit::Command(status.code().unwrap_or(0) as u8)
-    }
+    };
+    (exit, child.keeper)
 }
 
 #[cfg(test)]

@@ -208,7 +208,7 @@ async fn run_command(
     let report = plan.report;
     let mut on_loss =
         |reason: &str| report.error(format_args!("lock lost: {reason}; terminating the command"));
-    let exit = child::supervise(
+    let (exit, keeper) = child::supervise(
         child,
         signals,
         lost.as_mut(),
@@ -239,6 +239,7 @@ async fn run_command(
     } else {
         true
     };
+    keeper.end_with_zklock();
     Ok((exit, deleted))
 }
 
