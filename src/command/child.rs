@@ -43,6 +43,12 @@ fn foreground_terminal() -> Option<libc::c_int> {
     (0..=2).find(|&fd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() })
 }
 
+/// What [`Child::spawn`] needs ready before the lock is taken.
+pub struct Prepared {
+    keeper: Keeper,
+    start: spawn::Prepared,
+}
+
 /// A running command and its process group, whose id is its keeper's pid
 /// (keeper.rs: the keeper kills the group if zklock dies).
 pub struct Child {
@@ -55,28 +61,32 @@ pub struct Child {
 
 impl Child {
     /// Starts the keeper of the process group `argv` will run in
-    /// (keeper.rs), ahead of the command: a run that waits for the lock
-    /// starts it before it waits, so that starting it is not on the path
-    /// from the lock's release to the next command's start.
-    pub fn prepare(argv: &[OsString]) -> Result<Keeper> {
+    /// (keeper.rs) and prepares what starting `argv` needs, ahead of the
+    /// command: a run that waits for the lock does this before it waits, so
+    /// that it is not on the path from the lock's release to the next
+    /// command's start.
+    pub fn prepare(argv: &[OsString]) -> Result<Prepared> {
         let program = argv
             .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
-        Keeper::start().map_err(|err| spawn_error(program, err))
+        let start = spawn::Prepared::new(argv).map_err(|err| spawn_error(program, err))?;
+        let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
+        Ok(Prepared { keeper, start })
     }
 
-    /// Starts the command in the process group of `keeper` (from
-    /// [`Child::prepare`]) with a clean signal state. Exec failures map to
-    /// 127 (not found) and 126 (not executable).
-    pub fn spawn(argv: &[OsString], env: &[(&str, String)], keeper: Keeper) -> Result<Child> {
+    /// Starts the command `argv` (as given to [`Child::prepare`]) in the
+    /// process group of the prepared keeper, with a clean signal state.
+    /// Exec failures map to 127 (not found) and 126 (not executable).
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)], prepared: Prepared) -> Result<Child> {
         let program = argv
             .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
+        let Prepared { keeper, mut start } = prepared;
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
         // On failure `keeper` is dropped, which kills it.
-        let pid =
-            spawn::launch(argv, env, terminal, pgid).map_err(|err| spawn_error(program, err))?;
+        let pid = spawn::launch(&mut start, env, terminal, pgid)
+            .map_err(|err| spawn_error(program, err))?;
         keeper.command_joined();
         if let Some(fd) = terminal {
             // The child did this too; repeating it closes the race with our

@@ -10,9 +10,9 @@
 //! allocation-free function on its own stack in our address space while we
 //! wait, and everything it needs is prepared before the clone.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::session::secret::PASSWORD_ENV;
@@ -20,10 +20,10 @@ use crate::session::secret::PASSWORD_ENV;
 /// Everything the child reads, prepared by the parent: the child must not
 /// allocate (the allocator's locks may be held by a thread that does not
 /// exist in the child's view) and must not touch anything else we own.
-struct Plan {
+struct Plan<'a> {
     /// Where to look for the program: the path itself if it has a slash,
     /// else each `$PATH` entry joined with it, as execvp does.
-    candidates: Vec<CString>,
+    candidates: &'a [CString],
     argv: Vec<*const libc::c_char>,
     /// `/bin/sh CANDIDATE ARGS...` for files the kernel cannot execute
     /// (ENOEXEC): execvp runs them with the shell, and so do we. Slot 1 is
@@ -41,47 +41,82 @@ struct Plan {
 const STACK_SIZE: usize = 256 * 1024;
 const SH: &[u8] = b"/bin/sh\0";
 
-/// Starts `argv` with `env` added to our environment (overriding) in process
-/// group `pgid` (0: a new group); returns the child's pid, or the errno of
-/// the failed exec (ENOENT: not found).
+/// What starting the command needs that does not depend on the lock: built
+/// before zklock waits (see `Child::prepare`). Built on the hand-off, after
+/// the lock was taken, the strings, the copy of our environment and the
+/// child's stack took about 0.1 ms of a one-waiter hand-off (bench/RESULTS.md).
+pub struct Prepared {
+    argv: Vec<CString>,
+    candidates: Vec<CString>,
+    /// Our environment as `KEY=VALUE`, without zklock's password: the
+    /// command has no use for it.
+    inherited: Vec<CString>,
+    stack: Vec<u8>,
+}
+
+impl Prepared {
+    /// Prepares to start `argv`; the errno of an argument the exec cannot
+    /// take (EINVAL: a NUL byte).
+    pub fn new(argv: &[OsString]) -> io::Result<Prepared> {
+        let program = argv
+            .first()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        let inherited = std::env::vars_os()
+            .filter(|(key, _)| key != OsStr::new(PASSWORD_ENV))
+            .map(|(key, value)| entry(&key, &value))
+            .collect::<io::Result<_>>()?;
+        Ok(Prepared {
+            argv: argv
+                .iter()
+                .map(|a| c_string(a))
+                .collect::<io::Result<_>>()?,
+            candidates: candidates(program)?,
+            inherited,
+            stack: vec![0u8; STACK_SIZE],
+        })
+    }
+}
+
+/// Starts the prepared command with `env` added to our environment
+/// (overriding) in process group `pgid` (0: a new group); returns the
+/// child's pid, or the errno of the failed exec (ENOENT: not found).
 pub fn launch(
-    argv: &[OsString],
+    prepared: &mut Prepared,
     env: &[(&str, String)],
     terminal: Option<libc::c_int>,
     pgid: libc::pid_t,
 ) -> io::Result<libc::pid_t> {
-    let owned_argv: Vec<CString> = argv
+    let added: Vec<CString> = env
         .iter()
-        .map(|a| c_string(a))
+        .map(|(key, value)| entry(OsStr::new(key), OsStr::new(value)))
         .collect::<io::Result<_>>()?;
-    let owned_env = environment(env)?;
-    let program = argv
-        .first()
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
     let mut plan = Plan {
-        candidates: candidates(program)?,
-        argv: pointers(&owned_argv),
+        candidates: &prepared.candidates,
+        argv: pointers(prepared.argv.iter().map(CString::as_c_str)),
         sh_argv: [SH.as_ptr().cast(), std::ptr::null()]
             .into_iter()
-            .chain(owned_argv[1..].iter().map(|a| a.as_ptr()))
+            .chain(prepared.argv[1..].iter().map(|a| a.as_ptr()))
             .chain([std::ptr::null()])
             .collect(),
-        envp: pointers(&owned_env),
+        envp: pointers(environment(&prepared.inherited, &added).into_iter()),
         terminal,
         pgid,
         // SAFETY: getpid has no preconditions.
         zklock_pid: unsafe { libc::getpid() },
         error: AtomicI32::new(0),
     };
-    let mut stack = vec![0u8; STACK_SIZE];
-    let plan_ptr: *mut Plan = &mut plan;
+    let plan_ptr: *mut Plan<'_> = &mut plan;
     // SAFETY: CLONE_VFORK suspends this thread until the child execs or
-    // exits, so `plan` and `stack` outlive its use of them; the child runs
+    // exits, so `plan` and the stack outlive its use of them; the child runs
     // only `child_main`, which does not allocate.
     let pid = unsafe {
-        clone_sharing_memory(child_main, &mut stack, libc::CLONE_VFORK, plan_ptr.cast())?
+        clone_sharing_memory(
+            child_main,
+            &mut prepared.stack,
+            libc::CLONE_VFORK,
+            plan_ptr.cast(),
+        )?
     };
-    drop(stack);
     match plan.error.load(Ordering::SeqCst) {
         0 => Ok(pid),
         errno => {
@@ -135,7 +170,7 @@ pub(super) unsafe fn clone_sharing_memory(
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's `Plan`, alive and untouched by the parent
     // (suspended by CLONE_VFORK) until we exec or exit.
-    let plan = unsafe { &mut *arg.cast::<Plan>() };
+    let plan = unsafe { &mut *arg.cast::<Plan<'_>>() };
     let errno = match prepare_child(plan.zklock_pid, plan.terminal, plan.pgid) {
         Ok(()) => exec_first(plan),
         Err(errno) => errno,
@@ -146,9 +181,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// Tries each candidate as execvp does; returns the errno to report.
-fn exec_first(plan: &mut Plan) -> libc::c_int {
+fn exec_first(plan: &mut Plan<'_>) -> libc::c_int {
     let mut denied = false;
-    for candidate in &plan.candidates {
+    for candidate in plan.candidates {
         // SAFETY: null-terminated arrays of pointers to NUL-terminated strings
         // owned by the parent, which is suspended.
         let errno = unsafe {
@@ -237,31 +272,32 @@ fn c_string(text: &OsStr) -> io::Result<CString> {
     CString::new(text.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
+fn pointers<'a>(strings: impl Iterator<Item = &'a CStr>) -> Vec<*const libc::c_char> {
     strings
-        .iter()
-        .map(|s| s.as_ptr())
+        .map(CStr::as_ptr)
         .chain([std::ptr::null()])
         .collect()
 }
 
-/// Our environment with `env` added, replacing inherited values. zklock's
-/// own password is not passed on: the command has no use for it.
-fn environment(env: &[(&str, String)]) -> io::Result<Vec<CString>> {
-    let inherited = std::env::vars_os()
-        .filter(|(key, _)| key != OsStr::new(PASSWORD_ENV))
-        .filter(|(key, _)| !env.iter().any(|(k, _)| OsStr::new(k) == key));
-    let added = env
-        .iter()
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+/// `KEY=VALUE`.
+fn entry(key: &OsStr, value: &OsStr) -> io::Result<CString> {
+    let mut entry = key.as_bytes().to_vec();
+    entry.push(b'=');
+    entry.extend_from_slice(value.as_bytes());
+    CString::new(entry).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// The `inherited` entries that `added` does not replace, then `added`.
+fn environment<'a>(inherited: &'a [CString], added: &'a [CString]) -> Vec<&'a CStr> {
+    let key = |entry: &'a CString| {
+        let bytes = entry.as_bytes();
+        &bytes[..bytes.iter().position(|&b| b == b'=').unwrap_or(bytes.len())]
+    };
     inherited
+        .iter()
+        .filter(|old| !added.iter().any(|new| key(new) == key(old)))
         .chain(added)
-        .map(|(key, value)| {
-            let mut entry = OsStringExt::into_vec(key);
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
-            CString::new(entry).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-        })
+        .map(CString::as_c_str)
         .collect()
 }
 
@@ -343,24 +379,32 @@ mod tests {
 
     #[test]
     fn environment_overrides_inherited_values() {
-        let env = environment(&[("ZKLOCK_TEST_ONLY", "new".into())]).unwrap();
-        let ours: Vec<_> = env
-            .iter()
-            .filter(|e| e.to_bytes().starts_with(b"ZKLOCK_TEST_ONLY="))
+        let strings = |entries: &[&str]| -> Vec<CString> {
+            entries.iter().map(|e| CString::new(*e).unwrap()).collect()
+        };
+        let inherited = strings(&["A=1", "ZKLOCK_NODE=old", "ZKLOCK_NODEX=2", "B=x=y"]);
+        let added = strings(&["ZKLOCK_NODE=new"]);
+        let env: Vec<&str> = environment(&inherited, &added)
+            .into_iter()
+            .map(|e| e.to_str().unwrap())
             .collect();
-        assert_eq!(ours, [&CString::new("ZKLOCK_TEST_ONLY=new").unwrap()]);
+        assert_eq!(env, ["A=1", "ZKLOCK_NODEX=2", "B=x=y", "ZKLOCK_NODE=new"]);
     }
 
     #[test]
     fn launches_and_reports_exec_failures() {
-        let pid = launch(&["true".into()], &[], None, 0).expect("true starts");
+        let start = |argv: &[&str]| {
+            let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+            launch(&mut Prepared::new(&argv)?, &[], None, 0)
+        };
+        let pid = start(&["true"]).expect("true starts");
         let mut status = 0;
         // SAFETY: waiting for the child we just started.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-        let missing = launch(&["/nonexistent/zklock-test".into()], &[], None, 0).unwrap_err();
+        let missing = start(&["/nonexistent/zklock-test"]).unwrap_err();
         assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
-        let directory = launch(&["/".into()], &[], None, 0).unwrap_err();
+        let directory = start(&["/"]).unwrap_err();
         assert_eq!(directory.raw_os_error(), Some(libc::EACCES));
     }
 }

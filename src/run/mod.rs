@@ -20,8 +20,7 @@ use tokio::time::Instant;
 use self::plan::Plan;
 use self::take::{Taken, connect, take_locks};
 use crate::cli::RunArgs;
-use crate::command::child::{self, Child};
-use crate::command::keeper::Keeper;
+use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure};
 use crate::lock::acquire::{self, Node, NodeWatch};
@@ -66,8 +65,8 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     if let Some(exit) = reentry::reenter(&plan, &mut signals).await? {
         return Ok(exit);
     }
-    // Dropped (killed) on every way out without the command.
-    let keeper = Child::prepare(&plan.argv)?;
+    // Dropped on every way out without the command (which kills its keeper).
+    let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
     let (session, held, watches, policy) = match take_locks(&plan, &mut signals).await? {
         Taken::Held(session, held, watches, policy) => (*session, held, watches, policy),
@@ -102,7 +101,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
         ours: true,
         record,
     };
-    let exit = run_command(&plan, &mut signals, &session, lock, policy, &env, keeper).await;
+    let exit = run_command(&plan, &mut signals, &session, lock, policy, &env, prepared).await;
     let timeout = session.timeout();
     let (exit, deleted) = match exit {
         Ok(done) => done,
@@ -155,9 +154,9 @@ async fn run_command(
     lock: HeldLock,
     policy: LeasePolicy,
     env: &[(&'static str, String)],
-    keeper: Keeper,
+    prepared: Prepared,
 ) -> Result<(Exit, bool)> {
-    let child = Child::spawn(&plan.argv, env, keeper)?;
+    let child = Child::spawn(&plan.argv, env, prepared)?;
     let reattach = lease::Reattach {
         settings: plan.connect.clone(),
         session: session.client().session().clone(),

@@ -90,8 +90,8 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
         ours: false,
         record: None,
     };
-    let keeper = Child::prepare(&plan.argv)?;
-    let exit = run_command(plan, signals, &session, lock, policy, &env, keeper).await;
+    let prepared = Child::prepare(&plan.argv)?;
+    let exit = run_command(plan, signals, &session, lock, policy, &env, prepared).await;
     let _ = session.close(&[]).await;
     exit.map(|(exit, _)| Some(exit))
 }
