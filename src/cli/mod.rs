@@ -210,6 +210,14 @@ mod tests {
     use crate::lock::recipe::LockKind;
     use clap::CommandFactory;
 
+    /// The options of a `zklock run` command line.
+    fn run(args: &[&str]) -> RunArgs {
+        match Cli::try_parse_from(args.iter().copied()).unwrap().command {
+            Command::Run(Deferred(run)) => run,
+            _ => panic!("not run"),
+        }
+    }
+
     #[test]
     fn clap_model_is_consistent() {
         Cli::command().debug_assert();
@@ -246,30 +254,19 @@ mod tests {
         assert!(parse(&["zklock", "run", "-s", "--limit", "2", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--limit", "0", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--", "true"]).is_err());
-        let Command::Run(Deferred(bare)) = parse(&["zklock", "run", "/l"]).unwrap().command else {
-            panic!("not run")
-        };
+        let bare = run(&["zklock", "run", "/l"]);
         assert!(
             bare.command_line()
                 .unwrap_err()
                 .starts_with("no command given")
         );
-        let Command::Run(Deferred(shell)) = parse(&["zklock", "run", "/l", "-c", "echo hi"])
-            .unwrap()
-            .command
-        else {
-            panic!("not run")
-        };
+        let shell = run(&["zklock", "run", "/l", "-c", "echo hi"]);
         let line = shell.command_line().unwrap();
         assert_eq!(line[1..], ["-c".into(), "echo hi".into()] as [OsString; 2]);
     }
 
     #[test]
     fn kinds_and_paths() {
-        let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
-            Command::Run(Deferred(run)) => run,
-            _ => panic!("not run"),
-        };
         assert_eq!(
             run(&["zklock", "run", "/l", "--", "true"]).lock_kind(),
             LockKind::Exclusive
@@ -303,10 +300,6 @@ mod tests {
 
     #[test]
     fn wait_limit_follows_flags() {
-        let run = |args: &[&str]| match Cli::try_parse_from(args.iter().copied()).unwrap().command {
-            Command::Run(Deferred(run)) => run,
-            _ => panic!("not run"),
-        };
         assert_eq!(
             run(&["zklock", "run", "/l", "--", "true"]).wait_limit(),
             None
