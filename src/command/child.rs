@@ -45,6 +45,8 @@ fn foreground_terminal() -> Option<libc::c_int> {
 
 /// What [`Child::spawn`] needs ready before the lock is taken.
 pub struct Prepared {
+    /// The program as given, for error messages.
+    program: OsString,
     keeper: Keeper,
     start: spawn::Prepared,
 }
@@ -71,22 +73,27 @@ impl Child {
             .ok_or_else(|| Failure::usage("no command given"))?;
         let start = spawn::Prepared::new(argv).map_err(|err| spawn_error(program, err))?;
         let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
-        Ok(Prepared { keeper, start })
+        Ok(Prepared {
+            program: program.clone(),
+            keeper,
+            start,
+        })
     }
 
-    /// Starts the command `argv` (as given to [`Child::prepare`]) in the
-    /// process group of the prepared keeper, with a clean signal state.
-    /// Exec failures map to 127 (not found) and 126 (not executable).
-    pub fn spawn(argv: &[OsString], env: &[(&str, String)], prepared: Prepared) -> Result<Child> {
-        let program = argv
-            .first()
-            .ok_or_else(|| Failure::usage("no command given"))?;
-        let Prepared { keeper, mut start } = prepared;
+    /// Starts the prepared command in the process group of its keeper,
+    /// with a clean signal state and `env` added to its environment. Exec
+    /// failures map to 127 (not found) and 126 (not executable).
+    pub fn spawn(prepared: Prepared, env: &[(&str, String)]) -> Result<Child> {
+        let Prepared {
+            program,
+            keeper,
+            mut start,
+        } = prepared;
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
         // On failure `keeper` is dropped, which kills it.
         let pid = spawn::launch(&mut start, env, terminal, pgid)
-            .map_err(|err| spawn_error(program, err))?;
+            .map_err(|err| spawn_error(&program, err))?;
         keeper.command_joined();
         if let Some(fd) = terminal {
             // The child did this too; repeating it closes the race with our

@@ -156,7 +156,7 @@ async fn run_command(
     env: &[(&'static str, String)],
     prepared: Prepared,
 ) -> Result<(Exit, bool)> {
-    let child = Child::spawn(&plan.argv, env, prepared)?;
+    let child = Child::spawn(prepared, env)?;
     let reattach = lease::Reattach {
         settings: plan.connect.clone(),
         session: session.client().session().clone(),
