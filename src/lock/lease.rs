@@ -134,6 +134,18 @@ fn fmt(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
+/// When the lease may first read, and watch, a node it has no watch on yet
+/// (one taken without waiting): true, or the sender dropped, means now.
+///
+/// Why wait at all: that read is one request more than the protocol floor's
+/// on every run, and zklock writes the node anyway once the command has run
+/// 20 ms (run/mod.rs); a watch set before that write fires on it and must
+/// be set again. Read after the write, the node is read once and only by
+/// commands that run that long. Until then, a `zklock break` of the node goes
+/// unnoticed (at most those 20 ms); the session's state is watched from the
+/// start.
+pub type WatchFrom = tokio::sync::watch::Receiver<bool>;
+
 /// How to reach our session from a second connection (see [`probe`]).
 pub struct Reattach {
     /// The same TLS and credentials as the session's own connection.
@@ -149,10 +161,14 @@ pub struct Reattach {
 /// `owner` is our own session for the nodes we created; a nested run that
 /// re-enters an enclosing run's lock watches that run's nodes, owned by its
 /// session, through a session of its own.
+///
+/// A node without a watch from waiting is first read (and watched) once
+/// `unwatched_from` says go, or its sender is gone: see [`WatchFrom`].
 pub async fn lost(
     client: &zk::Client,
     nodes: &[String],
     watches: Vec<Option<NodeWatch>>,
+    unwatched_from: WatchFrom,
     policy: LeasePolicy,
     reattach: &Reattach,
     owner: i64,
@@ -166,6 +182,7 @@ pub async fn lost(
         client,
         nodes,
         watches,
+        unwatched_from.clone(),
         owner,
         policy.poll_nodes,
     ));
@@ -187,6 +204,7 @@ pub async fn lost(
                         client,
                         nodes,
                         Vec::new(),
+                        unwatched_from.clone(),
                         owner,
                         policy.poll_nodes,
                     ));
@@ -272,6 +290,7 @@ async fn any_node_lost(
     client: &zk::Client,
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
+    unwatched_from: WatchFrom,
     owner: i64,
     poll: Option<Duration>,
 ) -> LossReason {
@@ -284,7 +303,16 @@ async fn any_node_lost(
     let mut checks: Vec<_> = nodes
         .iter()
         .zip(watches)
-        .map(|(node, watch)| Box::pin(node_lost(client, node, watch, owner)))
+        .map(|(node, watch)| {
+            let mut go = unwatched_from.clone();
+            Box::pin(async move {
+                if watch.is_none() {
+                    // An error means the sender is gone: go.
+                    let _ = go.wait_for(|go| *go).await;
+                }
+                node_lost(client, node, watch, owner).await
+            })
+        })
         .collect();
     std::future::poll_fn(|cx| {
         checks

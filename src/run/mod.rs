@@ -167,14 +167,17 @@ async fn run_command(
     // has run for ACQUIRED_WRITE_DELAY: on one session the server serves
     // requests in order, so a write still in flight when a short command
     // ends would hold up the delete the next waiter is waiting for (bench/
-    // RESULTS.md measured +20-40 % on the hand-off). The data watch the lease
-    // keeps on our node fires on it; the lease watches again. A nested run
+    // RESULTS.md measured +20-40 % on the hand-off). A watch from waiting
+    // fires on it and the lease watches again; a node taken without waiting
+    // is first watched after the write (`lease::WatchFrom`). A nested run
     // leaves the enclosing run's nodes as they are.
     let acquired = plan.own.acquired(child.pid());
+    let (written, unwatched_from) = tokio::sync::watch::channel(false);
     let lease = lease::lost(
         session.client(),
         &lock.nodes,
         lock.watches,
+        unwatched_from,
         policy,
         &reattach,
         lock.owner,
@@ -182,15 +185,19 @@ async fn run_command(
     // The answers matter to no one (correctness never depends on node
     // data); awaiting them only lets the library deliver them.
     let recording = async {
+        let written = written;
         if !lock.ours {
-            return;
+            return; // `written` dropped: the lease watches at once
         }
         tokio::time::sleep(ACQUIRED_WRITE_DELAY).await;
+        // The library sends a request when it is called, so the lease's
+        // reads go out after these writes.
         let writes: Vec<_> = lock
             .nodes
             .iter()
             .map(|node| session.client().set_data(node, &acquired, None))
             .collect();
+        let _ = written.send(true);
         for write in writes {
             let _ = write.await;
         }
