@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::TempDir;
 use super::cmd::{KillOnDrop, wait_for_exit, wait_for_file};
+use super::process::read_pid_file;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -63,10 +64,10 @@ impl Gated {
     }
 
     /// The pid of the gated command's shell (zklock's child), once started.
+    /// `echo $$ > pid` creates the file before it writes the pid: reading
+    /// it at once found it empty in CI ("a pid: Empty"), so wait for the line.
     pub fn command_pid(&self) -> u32 {
-        assert!(wait_for_file(self.file("pid"), LONG), "command not started");
-        let text = std::fs::read_to_string(self.file("pid")).expect("read pid file");
-        text.trim().parse().expect("a pid")
+        read_pid_file(&self.file("pid"), LONG) as u32
     }
 
     pub fn started(&self) -> bool {
