@@ -9,6 +9,7 @@
 //   lock, command            the lock recipe; the command's process
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
+//   pow                      the C `pow`, so that libm.so.6 is not loaded
 mod break_lock;
 mod break_record;
 mod cli;
@@ -17,6 +18,7 @@ mod exit;
 mod generate;
 mod list;
 mod lock;
+mod pow;
 mod present;
 mod report;
 mod run;
