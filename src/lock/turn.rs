@@ -88,8 +88,15 @@ pub async fn take_turn(
                 predecessor,
                 ahead,
                 first,
-            } => (predecessor, ahead, format!("{dir}/{first}")),
+            } => (
+                format!("{dir}/{predecessor}"),
+                ahead,
+                format!("{dir}/{first}"),
+            ),
         };
+        // Not kept while we wait, which may be for hours: with 2,000 waiters
+        // the listing is 2,000 names.
+        drop(children);
         let first_data = match observer.wants_data() && first != reported_first {
             true => client.get_data(&first).await.ok().map(Seen::from),
             false => None,
@@ -99,7 +106,6 @@ pub async fn take_turn(
         if !request.wait {
             return Ok(Acquired::Busy);
         }
-        let predecessor = format!("{dir}/{predecessor}");
         let gone = loop {
             // A data watch, not an exists watch: on a node that is already
             // gone, an exists watch would stay behind on the server as a
