@@ -3,12 +3,13 @@
 //!
 //! indicatif's rate estimator calls `f64::powf`, which LLVM lowers to a call
 //! of the C `pow`: the only symbol zklock needs from libm.so.6. Loading that
-//! library cost every run about 0.16 ms (open, map, relocate; measured) and every waiting
-//! process 0.3 MiB of resident pages (bench/RESULTS.md). With `pow` defined
-//! here the linker resolves the call inside the binary, and `--as-needed`
-//! (rustc's default for libraries) leaves libm.so.6 out of the binary's
-//! needed libraries; `.ci/package` checks that it stays out. The `libm` crate
-//! is rust-lang's port of musl's libm, the one compiler-builtins uses.
+//! library cost every run about 0.16 ms (open, map, relocate) and every
+//! waiting process 0.3 MiB of resident pages (bench/RESULTS.md). With `pow`
+//! defined here the linker resolves the call inside the binary, and
+//! `--as-needed` (rustc's default for libraries) leaves libm.so.6 out of the
+//! binary's needed libraries; `.ci/package` checks that it stays out. The
+//! `libm` crate is rust-lang's port of musl's libm, the one
+//! compiler-builtins uses.
 //!
 //! rustc exports a `no_mangle` function from an executable, so a shared
 //! library loaded later that calls `pow` binds to this one: the same
