@@ -13,8 +13,11 @@ fn main() {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/hot-text.ld");
     println!("cargo:rerun-if-changed={}", script.display());
     println!("cargo:rerun-if-env-changed=ZKLOCK_NO_HOT_TEXT");
+    // The script marks where the hot functions end (src/startup_pages.rs).
+    println!("cargo:rustc-check-cfg=cfg(zklock_hot_text)");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
     if linux && std::env::var_os("ZKLOCK_NO_HOT_TEXT").is_none() {
         println!("cargo:rustc-link-arg-bins=-Wl,-T,{}", script.display());
+        println!("cargo:rustc-cfg=zklock_hot_text");
     }
 }

@@ -10,6 +10,7 @@
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
 //   pow                      the C `pow`, so that libm.so.6 is not loaded
+//   startup_pages            giving back pages only the start of a run used
 mod break_lock;
 mod break_record;
 mod cli;
@@ -23,6 +24,7 @@ mod present;
 mod report;
 mod run;
 mod session;
+mod startup_pages;
 mod status;
 mod values;
 
