@@ -229,32 +229,26 @@ mod tests {
         assert_eq!(run_time(0x40_1d28, 0), 0x40_1d28);
     }
 
-    fn entry(tag: i64, value: u64) -> DynamicEntry {
-        DynamicEntry { tag, value }
+    /// A dynamic section naming a relocation table, after `first` entries.
+    fn dynamic_section(first: &[(i64, u64)]) -> Vec<DynamicEntry> {
+        let table = [(7, 0x1d28), (8, 0x36258), (0, 0)];
+        (first.iter().chain(&table))
+            .map(|&(tag, value)| DynamicEntry { tag, value })
+            .collect()
     }
 
     #[test]
     fn text_relocations_give_nothing_back() {
-        let table = [entry(7, 0x1d28), entry(8, 0x36258), entry(0, 0)];
+        let bias = 0x1000_0000;
         assert_eq!(
-            relocations(&table, 0x1000_0000),
+            relocations(&dynamic_section(&[]), bias),
             Some(Some(0x1000_1d28..0x1003_7f80))
         );
-        let textrel = [
-            entry(7, 0x1d28),
-            entry(8, 0x36258),
-            entry(22, 0),
-            entry(0, 0),
-        ];
-        assert_eq!(relocations(&textrel, 0x1000_0000), None);
-        let flagged = [
-            entry(30, 4),
-            entry(7, 0x1d28),
-            entry(8, 0x36258),
-            entry(0, 0),
-        ];
-        assert_eq!(relocations(&flagged, 0x1000_0000), None);
-        assert_eq!(relocations(&[entry(0, 0)], 0x1000_0000), Some(None));
+        // DT_TEXTREL, and DT_FLAGS with DF_TEXTREL.
+        assert_eq!(relocations(&dynamic_section(&[(22, 0)]), bias), None);
+        assert_eq!(relocations(&dynamic_section(&[(30, 4)]), bias), None);
+        let empty = [DynamicEntry { tag: 0, value: 0 }];
+        assert_eq!(relocations(&empty, bias), Some(None));
     }
 
     /// The test binary itself: the relocation table is found and lies in a
