@@ -18,6 +18,9 @@
 //!
 //! A debugger's breakpoint or a uprobe placed in cold code before the pages
 //! are given back is lost with them (it lives in a private copy of the page).
+//! Pages mapped again come from the file zklock was started from: package
+//! managers replace a binary by renaming a new file over it, which leaves
+//! the old one in place for as long as it is mapped.
 
 use std::ops::Range;
 
