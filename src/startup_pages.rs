@@ -156,9 +156,8 @@ fn relocations(dynamic: &[DynamicEntry], bias: usize) -> Option<Option<Range<usi
     let (Some(address), Some(size)) = (address, size) else {
         return Some(None);
     };
-    Some(Some(
-        run_time(address, bias)..run_time(address, bias) + size,
-    ))
+    let start = run_time(address, bias);
+    Some(Some(start..start + size))
 }
 
 /// glibc's loader rewrites the dynamic section's addresses to run-time ones
