@@ -4,8 +4,7 @@
 # zklock reaps orphans when it runs as PID 1, so --init is not needed.
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
-COPY bench/hot-text.ld ./bench/
+COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 RUN cargo build --release --locked
 

@@ -9,8 +9,6 @@
 //   lock, command            the lock recipe; the command's process
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
-//   pow                      the C `pow`, so that libm.so.6 is not loaded
-//   startup_pages            giving back pages only the start of a run used
 mod break_lock;
 mod break_record;
 mod cli;
@@ -19,12 +17,10 @@ mod exit;
 mod generate;
 mod list;
 mod lock;
-mod pow;
 mod present;
 mod report;
 mod run;
 mod session;
-mod startup_pages;
 mod status;
 mod values;
 

@@ -61,12 +61,6 @@ pub fn run(args: RunArgs) -> Result<Exit> {
 
 async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let mut signals = Signals::install()?;
-    // A run still going after a second is waiting in a queue or supervising
-    // its command, maybe for hours: neither needs what only the start used.
-    tokio::spawn(async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        crate::startup_pages::give_back();
-    });
     let plan = Plan::new(&args)?;
     if let Some(exit) = reentry::reenter(&plan, &mut signals).await? {
         return Ok(exit);

@@ -33,7 +33,6 @@ mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;
-mod startup_pages;
 mod terminal;
 mod usage;
 mod visible_wait;
