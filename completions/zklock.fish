@@ -35,7 +35,7 @@ complete -c zklock -n "__fish_zklock_needs_command" -f -a "man" -d 'Print the ma
 complete -c zklock -n "__fish_zklock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s c -l command -d 'Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l label -d 'Store TEXT (a CI job URL, "nightly backup") in the lock node instead of the command line. Node data is readable by every client that can read PATH and shown by every run that finds the lock held: use this when the command line carries secrets' -r
-complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand run" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l config -d 'The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]' -r -F
@@ -66,7 +66,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -s v -l verbose -d 'R
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s q -l quiet -d 'Print errors only'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s V -l version -d 'Print version'
-complete -c zklock -n "__fish_zklock_using_subcommand status" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand status" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l config -d 'The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]' -r -F
@@ -83,7 +83,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand status" -l json -d 'Print 
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l kerberos -d 'Authenticate with Kerberos (SASL GSSAPI) from the ticket cache (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`'
 complete -c zklock -n "__fish_zklock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand status" -s V -l version -d 'Print version'
-complete -c zklock -n "__fish_zklock_using_subcommand list" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand list" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l config -d 'The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]' -r -F
@@ -101,7 +101,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand list" -l kerberos -d 'Auth
 complete -c zklock -n "__fish_zklock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand list" -s V -l version -d 'Print version'
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l node -d 'Delete this node of PATH (a name shown by `zklock status`) instead of the current holder\'s' -r
-complete -c zklock -n "__fish_zklock_using_subcommand break" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l config -d 'The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]' -r -F

@@ -41,10 +41,10 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(err),
     };
     let outcome = match cli.command {
-        Command::Run(cli::Deferred(args)) => run::run(args),
-        Command::Status(cli::Deferred(args)) => status::status(args),
-        Command::List(cli::Deferred(args)) => list::list(args),
-        Command::Break(cli::Deferred(args)) => break_lock::break_lock(args),
+        Command::Run(args) => run::run(args),
+        Command::Status(args) => status::status(args),
+        Command::List(args) => list::list(args),
+        Command::Break(args) => break_lock::break_lock(args),
         Command::Completions { shell } => generate::completions(shell),
         Command::Man { subcommand } => generate::man(subcommand.as_deref()),
     };
@@ -70,49 +70,10 @@ fn usage_error(err: clap::Error) -> ExitCode {
             Exit::Usage.into()
         }
         _ => {
-            let line = match from_environment(&err) {
-                Some(variable) => in_variable(&err, variable),
-                None => err.render().to_string(),
-            };
-            report::say(format_args!("{}", one_line(&line)));
+            report::say(format_args!("{}", one_line(&err.render().to_string())));
             Exit::Usage.into()
         }
     }
-}
-
-/// The environment variable an invalid value came from, if it did: clap
-/// names the option either way. Parsing again without the variable tells:
-/// the same error then means the command line gave the value.
-fn from_environment(err: &clap::Error) -> Option<&'static str> {
-    use clap::error::{ContextKind, ContextValue};
-    if err.kind() != ClapErrorKind::ValueValidation {
-        return None;
-    }
-    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
-        return None;
-    };
-    if !arg.starts_with("--zookeeper") {
-        return None;
-    }
-    std::env::var_os(cli::HOSTS_VARIABLE)?;
-    let without = cli::ignoring_hosts_variable().try_get_matches();
-    let same_error = without.err().is_some_and(|again| {
-        again.kind() == err.kind()
-            && again.get(ContextKind::InvalidArg).map(ToString::to_string) == Some(arg.clone())
-    });
-    (!same_error).then_some(cli::HOSTS_VARIABLE)
-}
-
-/// clap's message for a bad value, naming the variable it came from.
-fn in_variable(err: &clap::Error, variable: &str) -> String {
-    use clap::error::{ContextKind, ContextValue};
-    use std::error::Error;
-    let value = match err.get(ContextKind::InvalidValue) {
-        Some(ContextValue::String(value)) => value.clone(),
-        _ => String::new(),
-    };
-    let reason = err.source().map(|r| format!(": {r}")).unwrap_or_default();
-    format!("invalid value '{value}' in {variable}{reason}")
 }
 
 /// clap's first paragraph (the error itself, without usage and tips),

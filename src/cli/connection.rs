@@ -9,9 +9,6 @@ use crate::session::Settings;
 use crate::session::settings::Given;
 use crate::values::{Seconds, Target};
 
-/// The variable `--zookeeper` falls back to.
-pub const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
-
 /// How to reach the ensemble; shared by every subcommand that talks to it.
 /// Each value comes from the flag, else its environment variable, else the
 /// config file's ensemble (`-z @NAME`, or the file's `default`), else the
@@ -20,14 +17,9 @@ pub const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
 pub struct ConnectionArgs {
     /// ZooKeeper servers: comma-separated host:port list with an optional
     /// /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an
-    /// ensemble of the config file. [default: the config file's `default`
-    /// ensemble, else 127.0.0.1:2181]
-    #[arg(
-        short = 'z',
-        long = "zookeeper",
-        value_name = "HOSTS",
-        env = HOSTS_VARIABLE
-    )]
+    /// ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the
+    /// config file's `default` ensemble, else 127.0.0.1:2181]
+    #[arg(short = 'z', long = "zookeeper", value_name = "HOSTS")]
     pub hosts: Option<Target>,
 
     /// Session timeout to ask the ensemble for; the lock is released at most

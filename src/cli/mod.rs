@@ -8,11 +8,9 @@ use crate::exit::EXIT_CODE_HELP;
 use crate::values::{LockPath, ZnodePath};
 
 mod connection;
-mod deferred;
 mod run;
 
-pub use connection::{ConnectionArgs, HOSTS_VARIABLE};
-pub use deferred::Deferred;
+pub use connection::ConnectionArgs;
 use run::ENVIRONMENT_HELP;
 pub use run::RunArgs;
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
@@ -37,7 +35,7 @@ pub enum Command {
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
     ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
-    Run(Deferred<RunArgs>),
+    Run(RunArgs),
 
     /// Show who holds each lock and who waits, in queue order.
     ///
@@ -51,7 +49,7 @@ pub enum Command {
     ///   zklock status /locks/nightly-backup
     ///   zklock status --json /locks/deploy /locks/db
     #[command(after_help = STATUS_EXIT_HELP, verbatim_doc_comment)]
-    Status(Deferred<StatusArgs>),
+    Status(StatusArgs),
 
     /// List every lock under PREFIX (default /), recursively.
     ///
@@ -62,7 +60,7 @@ pub enum Command {
     ///   zklock list /locks
     ///   zklock list --json
     #[command(after_help = LIST_EXIT_HELP, verbatim_doc_comment)]
-    List(Deferred<ListArgs>),
+    List(ListArgs),
 
     /// Delete the node of a lock's current holder (or the node named).
     ///
@@ -77,7 +75,7 @@ pub enum Command {
     ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
     ///   zklock break --record /locks/nightly-backup
     #[command(after_help = BREAK_EXIT_HELP, verbatim_doc_comment)]
-    Break(Deferred<BreakArgs>),
+    Break(BreakArgs),
 
     /// Print the completion script for SHELL on stdout.
     ///
@@ -102,20 +100,6 @@ pub enum Command {
         #[arg(value_name = "SUBCOMMAND", value_parser = SUBCOMMANDS)]
         subcommand: Option<String>,
     },
-}
-
-/// The model with `--zookeeper` reading nothing from [`HOSTS_VARIABLE`]:
-/// parsing with it tells whether a bad value came from the command line.
-pub fn ignoring_hosts_variable() -> clap::Command {
-    fn without<T: Args>(command: clap::Command) -> clap::Command {
-        deferred::build::<T>(command).mut_arg("hosts", |hosts| hosts.env(None))
-    }
-    use clap::CommandFactory;
-    Cli::command()
-        .mut_subcommand("run", |run| run.defer(without::<RunArgs>))
-        .mut_subcommand("status", |status| status.defer(without::<StatusArgs>))
-        .mut_subcommand("list", |list| list.defer(without::<ListArgs>))
-        .mut_subcommand("break", |command| command.defer(without::<BreakArgs>))
 }
 
 /// Every subcommand's name (a unit test keeps it complete).
@@ -213,7 +197,7 @@ mod tests {
     /// The options of a `zklock run` command line.
     fn run(args: &[&str]) -> RunArgs {
         match Cli::try_parse_from(args.iter().copied()).unwrap().command {
-            Command::Run(Deferred(run)) => run,
+            Command::Run(run) => run,
             _ => panic!("not run"),
         }
     }
@@ -224,22 +208,6 @@ mod tests {
         let cli = Cli::command();
         let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
         assert_eq!(names, SUBCOMMANDS);
-    }
-
-    #[test]
-    fn subcommand_options_are_built_only_when_needed() {
-        let cli = Cli::command();
-        let run = cli.find_subcommand("run").unwrap();
-        assert_eq!(
-            run.get_arguments().count(),
-            0,
-            "run's options built eagerly"
-        );
-        let mut built = Cli::command();
-        built.build();
-        let run = built.find_subcommand("run").unwrap();
-        assert!(run.get_arguments().any(|a| a.get_id() == "hosts"));
-        assert!(run.get_arguments().any(|a| a.get_id() == "paths"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The connection settings every subcommand shares, resolved once from
 //! flag > `ZKLOCK_*` environment > config file (`-z @NAME`, or its
 //! `default`) > built-in default. Flags and their environment variables are
-//! merged by clap before they get here ([`Given`]).
+//! merged by clap before they get here ([`Given`]), except `ZKLOCK_ZOOKEEPER`,
+//! which is read here so that a bad value is named as the variable.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ use crate::session::connection_timeout_for;
 use crate::session::secret::{self, PASSWORD_ENV, Secret};
 use crate::session::tls_check::TlsPem;
 use crate::values::{HostList, Seconds, Target};
+
+/// The variable `--zookeeper` falls back to.
+pub const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
 
 /// Where zklock connects when nothing says otherwise.
 pub const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
@@ -85,8 +89,24 @@ impl Settings {
         loaded: Option<&Loaded>,
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Settings, String> {
-        let target = match (&given.target, loaded.and_then(|l| l.file.default.as_ref())) {
-            (Some(target), _) => target.clone(),
+        let from_env = match env(HOSTS_VARIABLE).filter(|value| !value.is_empty()) {
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok_or_else(|| format!("{HOSTS_VARIABLE} is not valid UTF-8"))?
+                    .parse::<Target>()
+                    .map_err(|e| {
+                        format!(
+                            "invalid value '{}' in {HOSTS_VARIABLE}: {e}",
+                            value.to_string_lossy()
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let given_target = given.target.clone().or(from_env);
+        let target = match (given_target, loaded.and_then(|l| l.file.default.as_ref())) {
+            (Some(target), _) => target,
             (None, Some(name)) => Target::Named(name.clone()),
             (None, None) => Target::Hosts(DEFAULT_HOSTS.parse().expect("a valid default")),
         };
