@@ -139,7 +139,7 @@ pub struct StatusArgs {
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<LockPath>,
 
-    /// Print one JSON document instead of text (fields in the README).
+    /// Print one JSON document instead of text (fields: zklock-status(1)).
     #[arg(long)]
     pub json: bool,
 
@@ -153,7 +153,7 @@ pub struct ListArgs {
     #[arg(value_name = "PREFIX", default_value = "/")]
     pub prefix: ZnodePath,
 
-    /// Print one JSON document instead of text (fields in the README).
+    /// Print one JSON document instead of text (fields: zklock-list(1)).
     #[arg(long)]
     pub json: bool,
 

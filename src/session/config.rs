@@ -158,7 +158,7 @@ pub fn load(flag: Option<&Path>) -> Result<Option<Loaded>, String> {
 mod tests {
     use super::*;
 
-    /// The README's example, kept here so the two cannot drift apart.
+    /// docs/security.md's example, kept here so the two cannot drift apart.
     pub const EXAMPLE: &str = r#"
 default = "prod"
 
@@ -193,10 +193,10 @@ kerberos-host = "zk1.example.com"
             file.ensembles["dev"].password.as_deref(),
             Some("not-a-secret")
         );
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/security.md");
         assert!(
             readme.contains(EXAMPLE.trim()),
-            "README's config example differs"
+            "docs/security.md's config example differs"
         );
     }
 
