@@ -2,16 +2,19 @@
 //! library retries a failed TLS handshake like a refused connection and only
 //! logs why, so after a connect attempt has taken too long zklock shakes
 //! hands with one server itself, with the same CA and client identity, and
-//! names what is wrong with the certificates.
+//! names what is wrong with the certificates. What can be told from the
+//! files alone (a key that is not the certificate's, files swapped) is
+//! refused before connecting.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{AlertDescription, CertificateError, Error as TlsError};
+use rustls::{AlertDescription, CertificateError, Error as TlsError, InconsistentKeys};
 
 use crate::session::secret::Secret;
 
@@ -23,6 +26,97 @@ pub struct TlsPem {
     /// The client certificate and its key, for mutual TLS.
     pub identity: Option<(String, Secret)>,
     pub cert_file: Option<String>,
+}
+
+/// The kinds of the PEM sections in `pem`; Err if it is not valid PEM.
+fn sections(pem: &str) -> Result<Vec<SectionKind>, ()> {
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
+        .map(|section| section.map(|(kind, _)| kind).map_err(drop))
+        .collect()
+}
+
+fn is_key(kind: &SectionKind) -> bool {
+    matches!(
+        kind,
+        SectionKind::PrivateKey | SectionKind::RsaPrivateKey | SectionKind::EcPrivateKey
+    )
+}
+
+/// Why a PEM file does not hold the `wanted` kind of thing ("a certificate",
+/// "a private key"), saying what it holds instead; `file` is "the TLS key
+/// FILE" and the like.
+fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> String {
+    let instead = if kinds.iter().any(is_key) {
+        "a private key"
+    } else if kinds.contains(&SectionKind::Certificate) {
+        "a certificate"
+    } else if kinds.contains(&SectionKind::Csr) {
+        "a certificate signing request"
+    } else if kinds.contains(&SectionKind::PublicKey) {
+        "a public key"
+    } else if pem.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        return format!(
+            "{file} holds an encrypted private key; zklock needs it unencrypted \
+             (openssl pkey -in FILE -out NEW_FILE)"
+        );
+    } else {
+        return format!("{file} holds no PEM {}", wanted.trim_start_matches("a "));
+    };
+    format!("{file} holds {instead}, not {wanted}")
+}
+
+/// Refuses a CA file that holds no certificate, saying what it holds.
+pub fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
+    let file = format!("the TLS CA file {}", ca_file.display());
+    let kinds = sections(ca_pem).map_err(|()| format!("{file} is not valid PEM"))?;
+    if kinds.contains(&SectionKind::Certificate) {
+        return Ok(());
+    }
+    Err(wrong_kind(&file, ca_pem, &kinds, "a certificate"))
+}
+
+/// Refuses a client certificate and key that cannot make a TLS identity:
+/// a file of the wrong kind (the two swapped, a key given twice) or a key
+/// that is not the certificate's. Each would otherwise surface only as
+/// handshakes failing until the connect timeout.
+pub fn check_identity(
+    cert_pem: &str,
+    cert_file: &Path,
+    key_pem: &str,
+    key_file: &Path,
+) -> Result<(), String> {
+    let (cert_file, key_file) = (cert_file.display(), key_file.display());
+    let cert_kinds = sections(cert_pem)
+        .map_err(|()| format!("the TLS certificate {cert_file} is not valid PEM"))?;
+    if !cert_kinds.contains(&SectionKind::Certificate) {
+        let file = format!("the TLS certificate {cert_file}");
+        return Err(wrong_kind(&file, cert_pem, &cert_kinds, "a certificate"));
+    }
+    let key_kinds =
+        sections(key_pem).map_err(|()| format!("the TLS key {key_file} is not valid PEM"))?;
+    if !key_kinds.iter().any(is_key) {
+        let file = format!("the TLS key {key_file}");
+        return Err(wrong_kind(&file, key_pem, &key_kinds, "a private key"));
+    }
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .flatten()
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|_| format!("the TLS key {key_file} is not valid PEM"))?;
+    // The same check rustls makes when the handshake needs our identity.
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(chain, key);
+    match config {
+        Ok(_) => Ok(()),
+        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(format!(
+            "the TLS key {key_file} is not the key of the certificate {cert_file}"
+        )),
+        Err(TlsError::InvalidCertificate(err)) => Err(format!(
+            "the TLS certificate {cert_file} cannot be used: {err}"
+        )),
+        Err(err) => Err(format!("the TLS key {key_file} cannot be used: {err}")),
+    }
 }
 
 /// What is wrong with the TLS handshake with the first reachable server of
