@@ -128,10 +128,10 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         .block_on(future)
 }
 
-/// Resolves with what is wrong with the certificates or the Kerberos
-/// ticket if connecting has not succeeded within `after`; never resolves
-/// otherwise (the library retries both kinds of failure silently).
-async fn credential_problem(settings: &Settings, after: Duration) -> String {
+/// Resolves with what is wrong with the certificates, the TLS port or the
+/// Kerberos ticket if connecting has not succeeded within `after`; never
+/// resolves otherwise (the library retries these failures silently).
+async fn credential_problem(settings: &Settings, after: Duration) -> Failure {
     if settings.tls_pem.is_none() && !settings.uses_kerberos() {
         std::future::pending::<()>().await;
     }
@@ -144,7 +144,9 @@ async fn credential_problem(settings: &Settings, after: Duration) -> String {
                 return Some(problem);
             }
         }
-        settings.kerberos_problem()
+        settings
+            .kerberos_problem()
+            .map(|problem| Failure::new(ErrorKind::NoPermission, problem))
     })
     .await;
     if let Ok(Some(problem)) = check {
@@ -175,9 +177,7 @@ impl Session {
             let connecting = options.open(options.connector());
             let attempt = tokio::select! {
                 attempt = tokio::time::timeout_at(deadline, connecting) => attempt,
-                problem = &mut tls_problem => {
-                    return Err(Failure::new(ErrorKind::NoPermission, problem).into());
-                }
+                problem = &mut tls_problem => return Err(problem.into()),
             };
             match attempt {
                 Ok(Ok(client)) => {

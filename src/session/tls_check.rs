@@ -16,6 +16,7 @@ use rustls::pki_types::pem::{PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, Error as TlsError, InconsistentKeys};
 
+use crate::exit::{ErrorKind, Failure};
 use crate::session::secret::Secret;
 
 /// The PEM contents behind the TLS settings, for the check.
@@ -120,10 +121,10 @@ pub fn check_identity(
 }
 
 /// What is wrong with the TLS handshake with the first reachable server of
-/// `connect_string`, if it is the certificates; None when the servers
-/// cannot be reached or the handshake succeeds. Blocking, bounded by
-/// `timeout` per step.
-pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option<String> {
+/// `connect_string`, if it is the certificates (77) or a server that does
+/// not speak TLS on that port (69); None when the servers cannot be reached
+/// or the handshake succeeds. Blocking, bounded by `timeout` per step.
+pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option<Failure> {
     let hosts = connect_string.split('/').next().unwrap_or("");
     hosts
         .split(',')
@@ -131,13 +132,17 @@ pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option
 }
 
 /// Err: the host could not be reached (try the next).
-fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<String>, ()> {
+fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
     let (name, _port) = host.rsplit_once(':').ok_or(())?;
     let name = name.trim_start_matches('[').trim_end_matches(']');
     let address = host.to_socket_addrs().map_err(drop)?.next().ok_or(())?;
-    let mut socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
+    let socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
     socket.set_read_timeout(Some(timeout)).map_err(drop)?;
     socket.set_write_timeout(Some(timeout)).map_err(drop)?;
+    let mut socket = Watched {
+        socket,
+        head: Vec::new(),
+    };
     let config = client_config(pem).map_err(drop)?;
     let server_name = ServerName::try_from(name.to_owned()).map_err(drop)?;
     let mut tls = rustls::ClientConnection::new(Arc::new(config), server_name).map_err(drop)?;
@@ -148,12 +153,67 @@ fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<S
     // until we send a request: the read times out.
     let mut byte = [0u8; 1];
     let result = stream.flush().and_then(|()| stream.read(&mut byte));
-    match result {
-        Ok(_) => Ok(None),
-        Err(err) => match err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) {
-            Some(tls_error) => Ok(Some(explain(tls_error, pem, name))),
-            None => Ok(None),
-        },
+    let Err(err) = result else {
+        return Ok(None);
+    };
+    if let Some(answer) = not_tls(&socket.head, &err) {
+        let message = format!(
+            "{host} does not speak TLS on that port: it {answer} \
+             (a plain clientPort? TLS needs the server's secureClientPort)"
+        );
+        return Ok(Some(Failure::new(ErrorKind::Unavailable, message)));
+    }
+    Ok(err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<TlsError>())
+        .map(|tls_error| Failure::new(ErrorKind::NoPermission, explain(tls_error, pem, name))))
+}
+
+/// The probe's socket, keeping the first bytes the server sent.
+struct Watched {
+    socket: TcpStream,
+    head: Vec<u8>,
+}
+
+impl Read for Watched {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.socket.read(buf)?;
+        let room = 2usize.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&buf[..n.min(room)]);
+        Ok(n)
+    }
+}
+
+impl Write for Watched {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.socket.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.socket.flush()
+    }
+}
+
+/// How the server answered our ClientHello, if that shows it does not speak
+/// TLS: it closed the connection without a word (ZooKeeper's plain port
+/// reads the ClientHello as an oversized request and hangs up), or its
+/// first bytes are not a TLS record (content type 20..=24, version 3.x).
+/// A server that says nothing at all is not judged.
+fn not_tls(head: &[u8], err: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match head {
+        [] if matches!(
+            err.kind(),
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+        ) =>
+        {
+            Some("closed the connection on our TLS handshake")
+        }
+        [] => None,
+        [kind, rest @ ..] if !(20..=24).contains(kind) || rest.first().is_some_and(|v| *v != 3) => {
+            Some("answered our TLS handshake with something else")
+        }
+        _ => None,
     }
 }
 

@@ -206,6 +206,33 @@ fn secure_tls_mismatched_or_swapped_files_exit_64_before_connecting() {
     }
 }
 
+/// Issue 20: a TLS client pointed at a plain client port learns so within one
+/// handshake (69), not after the connect timeout.
+#[test]
+fn secure_tls_client_at_a_plain_port_exits_69_saying_so() {
+    let pki = pki();
+    let plain = [
+        shared_server().connect_string(),
+        tls_server().plain_addr().to_string(),
+    ];
+    for connect in plain {
+        let mut cmd = zklock_run(&connect, &unique_path("tls-plain"));
+        cmd.arg("--tls-ca").arg(&pki.ca);
+        cmd.arg("--tls-cert").arg(&pki.client.cert);
+        cmd.arg("--tls-key").arg(&pki.client.key);
+        cmd.args(["--connect-timeout", "30s", "--", "true"]);
+        let out = run_bounded(&mut cmd, 2 * LONG);
+        out.assert_code(69);
+        let line = out.one_error_line();
+        assert!(line.contains("does not speak TLS"), "{connect}: {line}");
+        assert!(
+            out.elapsed < Duration::from_secs(10),
+            "{connect}: took {:?} with --connect-timeout 30s",
+            out.elapsed
+        );
+    }
+}
+
 #[test]
 fn secure_sasl_right_password_runs_wrong_one_exits_77() {
     let path = unique_path("sasl");
