@@ -277,3 +277,24 @@ fn explain(err: &TlsError, pem: &TlsPem, host: &str) -> String {
     };
     format!("TLS with {host}: {what}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind as Io};
+
+    #[test]
+    fn a_hang_up_or_a_non_tls_answer_is_not_tls_silence_and_records_are() {
+        let eof = Error::from(Io::UnexpectedEof);
+        assert!(not_tls(&[], &eof).is_some());
+        assert!(not_tls(&[], &Error::from(Io::ConnectionReset)).is_some());
+        // A silent server is not judged.
+        assert!(not_tls(&[], &Error::from(Io::WouldBlock)).is_none());
+        // A TLS handshake or alert record.
+        assert!(not_tls(&[0x16, 0x03], &eof).is_none());
+        assert!(not_tls(&[0x15], &eof).is_none());
+        // A ZooKeeper reply starts with a length, HTTP with a letter.
+        assert!(not_tls(&[0x00, 0x00], &eof).is_some());
+        assert!(not_tls(b"HT", &eof).is_some());
+    }
+}
