@@ -128,10 +128,10 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         .block_on(future)
 }
 
-/// Resolves with what is wrong with the certificates or the Kerberos
-/// ticket if connecting has not succeeded within `after`; never resolves
-/// otherwise (the library retries both kinds of failure silently).
-async fn credential_problem(settings: &Settings, after: Duration) -> String {
+/// Resolves with what is wrong with the certificates, the TLS port or the
+/// Kerberos ticket if connecting has not succeeded within `after`; never
+/// resolves otherwise (the library retries these failures silently).
+async fn credential_problem(settings: &Settings, after: Duration) -> Failure {
     if settings.tls_pem.is_none() && !settings.uses_kerberos() {
         std::future::pending::<()>().await;
     }
@@ -144,7 +144,9 @@ async fn credential_problem(settings: &Settings, after: Duration) -> String {
                 return Some(problem);
             }
         }
-        settings.kerberos_problem()
+        settings
+            .kerberos_problem()
+            .map(|problem| Failure::new(ErrorKind::NoPermission, problem))
     })
     .await;
     if let Ok(Some(problem)) = check {
@@ -171,13 +173,14 @@ impl Session {
         let mut last_error = None;
         let tls_problem = credential_problem(options, connection_timeout);
         tokio::pin!(tls_problem);
+        let unresolvable = unresolvable(hosts);
+        tokio::pin!(unresolvable);
         while Instant::now() < deadline {
             let connecting = options.open(options.connector());
             let attempt = tokio::select! {
                 attempt = tokio::time::timeout_at(deadline, connecting) => attempt,
-                problem = &mut tls_problem => {
-                    return Err(Failure::new(ErrorKind::NoPermission, problem).into());
-                }
+                problem = &mut tls_problem => return Err(problem.into()),
+                failure = &mut unresolvable => return Err(failure.into()),
             };
             match attempt {
                 Ok(Ok(client)) => {
@@ -323,6 +326,37 @@ impl Session {
     }
 }
 
+/// The addresses of `host` ("name:port"), or why there are none.
+async fn resolve(host: &str) -> Result<Vec<std::net::SocketAddr>, String> {
+    match tokio::net::lookup_host(host).await {
+        Ok(addrs) => Ok(addrs.collect()),
+        Err(err) => {
+            let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+            Err(format!("cannot resolve {name} (DNS: {err})"))
+        }
+    }
+}
+
+/// Resolves with a failure if no host of `connect_string` resolves; never
+/// resolves otherwise. It runs beside the first connect attempt, so a good
+/// name costs no time. A name that does not resolve is a mistake to fix,
+/// not an outage to wait out: the system's resolver has already retried.
+async fn unresolvable(connect_string: &str) -> Failure {
+    let hosts = connect_string.split('/').next().unwrap_or_default();
+    let mut causes = Vec::new();
+    for host in hosts.split(',') {
+        match resolve(host).await {
+            Ok(_) => std::future::pending::<()>().await,
+            Err(cause) => causes.push(cause),
+        }
+    }
+    let message = format!(
+        "no ZooKeeper session with {connect_string}: {}",
+        causes.join("; ")
+    );
+    Failure::new(ErrorKind::Unavailable, message)
+}
+
 /// Why `hosts` gave no session, found by resolving each host and opening a
 /// TCP connection to each address, as the library does but with the errors
 /// kept; within a second. None if nothing stands out.
@@ -332,11 +366,10 @@ async fn diagnose(connect_string: &str) -> Option<String> {
     let mut causes = Vec::new();
     let probing = async {
         for host in hosts.split(',') {
-            let addrs = match tokio::net::lookup_host(host).await {
-                Ok(addrs) => addrs.collect::<Vec<_>>(),
-                Err(err) => {
-                    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
-                    causes.push(format!("cannot resolve {name} (DNS: {err})"));
+            let addrs = match resolve(host).await {
+                Ok(addrs) => addrs,
+                Err(cause) => {
+                    causes.push(cause);
                     continue;
                 }
             };

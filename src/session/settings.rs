@@ -361,6 +361,7 @@ fn tls_options(
             .map_err(|err| format!("cannot read the TLS {what} {}: {err}", path.display()))
     };
     let ca_pem = read("CA file", &ca)?;
+    super::tls_check::check_ca(&ca_pem, &ca)?;
     let options = zk::TlsOptions::new()
         .with_pem_ca(&ca_pem)
         .map_err(|_| format!("the TLS CA file {} holds no PEM certificate", ca.display()))?;
@@ -374,6 +375,7 @@ fn tls_options(
         (None, None) => Ok((Some(options), vec![ca], Some(pem))),
         (Some(cert), Some(key)) => {
             let (cert_pem, key_pem) = (read("certificate", &cert)?, read("key", &key)?);
+            super::tls_check::check_identity(&cert_pem, &cert, &key_pem, &key)?;
             let options = options
                 .with_pem_identity(&cert_pem, &key_pem)
                 .map_err(|_| {

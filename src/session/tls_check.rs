@@ -2,17 +2,21 @@
 //! library retries a failed TLS handshake like a refused connection and only
 //! logs why, so after a connect attempt has taken too long zklock shakes
 //! hands with one server itself, with the same CA and client identity, and
-//! names what is wrong with the certificates.
+//! names what is wrong with the certificates. What can be told from the
+//! files alone (a key that is not the certificate's, files swapped) is
+//! refused before connecting.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{AlertDescription, CertificateError, Error as TlsError};
+use rustls::{AlertDescription, CertificateError, Error as TlsError, InconsistentKeys};
 
+use crate::exit::{ErrorKind, Failure};
 use crate::session::secret::Secret;
 
 /// The PEM contents behind the TLS settings, for the check.
@@ -25,11 +29,102 @@ pub struct TlsPem {
     pub cert_file: Option<String>,
 }
 
+/// The kinds of the PEM sections in `pem`; Err if it is not valid PEM.
+fn sections(pem: &str) -> Result<Vec<SectionKind>, ()> {
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
+        .map(|section| section.map(|(kind, _)| kind).map_err(drop))
+        .collect()
+}
+
+fn is_key(kind: &SectionKind) -> bool {
+    matches!(
+        kind,
+        SectionKind::PrivateKey | SectionKind::RsaPrivateKey | SectionKind::EcPrivateKey
+    )
+}
+
+/// Why a PEM file does not hold the `wanted` kind of thing ("a certificate",
+/// "a private key"), saying what it holds instead; `file` is "the TLS key
+/// FILE" and the like.
+fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> String {
+    let instead = if kinds.iter().any(is_key) {
+        "a private key"
+    } else if kinds.contains(&SectionKind::Certificate) {
+        "a certificate"
+    } else if kinds.contains(&SectionKind::Csr) {
+        "a certificate signing request"
+    } else if kinds.contains(&SectionKind::PublicKey) {
+        "a public key"
+    } else if pem.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+        return format!(
+            "{file} holds an encrypted private key; zklock needs it unencrypted \
+             (openssl pkey -in FILE -out NEW_FILE)"
+        );
+    } else {
+        return format!("{file} holds no PEM {}", wanted.trim_start_matches("a "));
+    };
+    format!("{file} holds {instead}, not {wanted}")
+}
+
+/// Refuses a CA file that holds no certificate, saying what it holds.
+pub fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
+    let file = format!("the TLS CA file {}", ca_file.display());
+    let kinds = sections(ca_pem).map_err(|()| format!("{file} is not valid PEM"))?;
+    if kinds.contains(&SectionKind::Certificate) {
+        return Ok(());
+    }
+    Err(wrong_kind(&file, ca_pem, &kinds, "a certificate"))
+}
+
+/// Refuses a client certificate and key that cannot make a TLS identity:
+/// a file of the wrong kind (the two swapped, a key given twice) or a key
+/// that is not the certificate's. Each would otherwise surface only as
+/// handshakes failing until the connect timeout.
+pub fn check_identity(
+    cert_pem: &str,
+    cert_file: &Path,
+    key_pem: &str,
+    key_file: &Path,
+) -> Result<(), String> {
+    let (cert_file, key_file) = (cert_file.display(), key_file.display());
+    let cert_kinds = sections(cert_pem)
+        .map_err(|()| format!("the TLS certificate {cert_file} is not valid PEM"))?;
+    if !cert_kinds.contains(&SectionKind::Certificate) {
+        let file = format!("the TLS certificate {cert_file}");
+        return Err(wrong_kind(&file, cert_pem, &cert_kinds, "a certificate"));
+    }
+    let key_kinds =
+        sections(key_pem).map_err(|()| format!("the TLS key {key_file} is not valid PEM"))?;
+    if !key_kinds.iter().any(is_key) {
+        let file = format!("the TLS key {key_file}");
+        return Err(wrong_kind(&file, key_pem, &key_kinds, "a private key"));
+    }
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .flatten()
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|_| format!("the TLS key {key_file} is not valid PEM"))?;
+    // The same check rustls makes when the handshake needs our identity.
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_client_auth_cert(chain, key);
+    match config {
+        Ok(_) => Ok(()),
+        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(format!(
+            "the TLS key {key_file} is not the key of the certificate {cert_file}"
+        )),
+        Err(TlsError::InvalidCertificate(err)) => Err(format!(
+            "the TLS certificate {cert_file} cannot be used: {err}"
+        )),
+        Err(err) => Err(format!("the TLS key {key_file} cannot be used: {err}")),
+    }
+}
+
 /// What is wrong with the TLS handshake with the first reachable server of
-/// `connect_string`, if it is the certificates; None when the servers
-/// cannot be reached or the handshake succeeds. Blocking, bounded by
-/// `timeout` per step.
-pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option<String> {
+/// `connect_string`, if it is the certificates (77) or a server that does
+/// not speak TLS on that port (69); None when the servers cannot be reached
+/// or the handshake succeeds. Blocking, bounded by `timeout` per step.
+pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option<Failure> {
     let hosts = connect_string.split('/').next().unwrap_or("");
     hosts
         .split(',')
@@ -37,13 +132,17 @@ pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option
 }
 
 /// Err: the host could not be reached (try the next).
-fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<String>, ()> {
+fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
     let (name, _port) = host.rsplit_once(':').ok_or(())?;
     let name = name.trim_start_matches('[').trim_end_matches(']');
     let address = host.to_socket_addrs().map_err(drop)?.next().ok_or(())?;
-    let mut socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
+    let socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
     socket.set_read_timeout(Some(timeout)).map_err(drop)?;
     socket.set_write_timeout(Some(timeout)).map_err(drop)?;
+    let mut socket = Watched {
+        socket,
+        head: Vec::new(),
+    };
     let config = client_config(pem).map_err(drop)?;
     let server_name = ServerName::try_from(name.to_owned()).map_err(drop)?;
     let mut tls = rustls::ClientConnection::new(Arc::new(config), server_name).map_err(drop)?;
@@ -54,12 +153,67 @@ fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<S
     // until we send a request: the read times out.
     let mut byte = [0u8; 1];
     let result = stream.flush().and_then(|()| stream.read(&mut byte));
-    match result {
-        Ok(_) => Ok(None),
-        Err(err) => match err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) {
-            Some(tls_error) => Ok(Some(explain(tls_error, pem, name))),
-            None => Ok(None),
-        },
+    let Err(err) = result else {
+        return Ok(None);
+    };
+    if let Some(answer) = not_tls(&socket.head, &err) {
+        let message = format!(
+            "{host} does not speak TLS on that port: it {answer} \
+             (a plain clientPort? TLS needs the server's secureClientPort)"
+        );
+        return Ok(Some(Failure::new(ErrorKind::Unavailable, message)));
+    }
+    Ok(err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<TlsError>())
+        .map(|tls_error| Failure::new(ErrorKind::NoPermission, explain(tls_error, pem, name))))
+}
+
+/// The probe's socket, keeping the first bytes the server sent.
+struct Watched {
+    socket: TcpStream,
+    head: Vec<u8>,
+}
+
+impl Read for Watched {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.socket.read(buf)?;
+        let room = 2usize.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&buf[..n.min(room)]);
+        Ok(n)
+    }
+}
+
+impl Write for Watched {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.socket.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.socket.flush()
+    }
+}
+
+/// How the server answered our ClientHello, if that shows it does not speak
+/// TLS: it closed the connection without a word (ZooKeeper's plain port
+/// reads the ClientHello as an oversized request and hangs up), or its
+/// first bytes are not a TLS record (content type 20..=24, version 3.x).
+/// A server that says nothing at all is not judged.
+fn not_tls(head: &[u8], err: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match head {
+        [] if matches!(
+            err.kind(),
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+        ) =>
+        {
+            Some("closed the connection on our TLS handshake")
+        }
+        [] => None,
+        [kind, rest @ ..] if !(20..=24).contains(kind) || rest.first().is_some_and(|v| *v != 3) => {
+            Some("answered our TLS handshake with something else")
+        }
+        _ => None,
     }
 }
 
@@ -122,4 +276,25 @@ fn explain(err: &TlsError, pem: &TlsPem, host: &str) -> String {
         other => format!("the handshake failed ({other}); is this the server's secureClientPort?"),
     };
     format!("TLS with {host}: {what}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind as Io};
+
+    #[test]
+    fn a_hang_up_or_a_non_tls_answer_is_not_tls_silence_and_records_are() {
+        let eof = Error::from(Io::UnexpectedEof);
+        assert!(not_tls(&[], &eof).is_some());
+        assert!(not_tls(&[], &Error::from(Io::ConnectionReset)).is_some());
+        // A silent server is not judged.
+        assert!(not_tls(&[], &Error::from(Io::WouldBlock)).is_none());
+        // A TLS handshake or alert record.
+        assert!(not_tls(&[0x16, 0x03], &eof).is_none());
+        assert!(not_tls(&[0x15], &eof).is_none());
+        // A ZooKeeper reply starts with a length, HTTP with a letter.
+        assert!(not_tls(&[0x00, 0x00], &eof).is_some());
+        assert!(not_tls(b"HT", &eof).is_some());
+    }
 }

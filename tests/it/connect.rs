@@ -66,3 +66,29 @@ fn signal_while_connecting_exits_128_plus_n_at_once() {
         "SIGINT while connecting took {took:?}"
     );
 }
+
+/// Issue 20: a host name that does not resolve ends at once, naming the host.
+#[test]
+fn unresolvable_host_exits_69_at_once_naming_it() {
+    let mut cmd = zklock();
+    cmd.args([
+        "run",
+        "-z",
+        "nonexistent.invalid:2181",
+        "--connect-timeout",
+        "30s",
+    ])
+    .args(["/it/connect", "--", "true"]);
+    let out = run_bounded(&mut cmd, LONG * 2);
+    out.assert_code(69);
+    let line = out.one_error_line();
+    assert!(
+        line.contains("cannot resolve nonexistent.invalid"),
+        "{line}"
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(10),
+        "took {:?} with --connect-timeout 30s",
+        out.elapsed
+    );
+}

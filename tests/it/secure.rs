@@ -147,6 +147,92 @@ fn secure_missing_credential_files_exit_64_naming_them() {
     }
 }
 
+/// Issue 20: TLS files that cannot work together are refused before any connection
+/// (64, one line naming the file), not after the connect timeout.
+#[test]
+fn secure_tls_mismatched_or_swapped_files_exit_64_before_connecting() {
+    let pki = pki();
+    // Nothing listens: a connection attempt would take the whole connect timeout.
+    let unreachable = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let cases: Vec<(&str, [&Path; 3], &Path, &str)> = vec![
+        (
+            "another certificate's key",
+            [&pki.ca, &pki.client.cert, &pki.unknown_ca_client.key],
+            &pki.unknown_ca_client.key,
+            "not the key of",
+        ),
+        (
+            "the key as --tls-cert",
+            [&pki.ca, &pki.client.key, &pki.client.key],
+            &pki.client.key,
+            "holds a private key, not a certificate",
+        ),
+        (
+            "the certificate as --tls-key",
+            [&pki.ca, &pki.client.cert, &pki.client.cert],
+            &pki.client.cert,
+            "holds a certificate, not a private key",
+        ),
+        (
+            "a key as --tls-ca",
+            [&pki.client.key, &pki.client.cert, &pki.client.key],
+            &pki.client.key,
+            "holds a private key, not a certificate",
+        ),
+    ];
+    for (what, files, named, expected) in cases {
+        for connect in [&unreachable, &tls_server().connect_string()] {
+            let mut cmd = zklock_run(connect, &unique_path("tls-files"));
+            for (flag, file) in ["--tls-ca", "--tls-cert", "--tls-key"].iter().zip(files) {
+                cmd.arg(flag).arg(file);
+            }
+            cmd.args(["--connect-timeout", "30s", "--", "true"]);
+            let out = run_bounded(&mut cmd, 2 * LONG);
+            out.assert_code(64);
+            let line = out.one_error_line();
+            assert!(
+                line.contains(expected) && line.contains(&*named.to_string_lossy()),
+                "{what}: {line}"
+            );
+            assert!(
+                out.elapsed < Duration::from_secs(10),
+                "{what}: took {:?}",
+                out.elapsed
+            );
+        }
+    }
+}
+
+/// Issue 20: a TLS client pointed at a plain client port learns so within one
+/// handshake (69), not after the connect timeout.
+#[test]
+fn secure_tls_client_at_a_plain_port_exits_69_saying_so() {
+    let pki = pki();
+    let plain = [
+        shared_server().connect_string(),
+        tls_server().plain_addr().to_string(),
+    ];
+    for connect in plain {
+        let mut cmd = zklock_run(&connect, &unique_path("tls-plain"));
+        cmd.arg("--tls-ca").arg(&pki.ca);
+        cmd.arg("--tls-cert").arg(&pki.client.cert);
+        cmd.arg("--tls-key").arg(&pki.client.key);
+        cmd.args(["--connect-timeout", "30s", "--", "true"]);
+        let out = run_bounded(&mut cmd, 2 * LONG);
+        out.assert_code(69);
+        let line = out.one_error_line();
+        assert!(line.contains("does not speak TLS"), "{connect}: {line}");
+        assert!(
+            out.elapsed < Duration::from_secs(10),
+            "{connect}: took {:?} with --connect-timeout 30s",
+            out.elapsed
+        );
+    }
+}
+
 #[test]
 fn secure_sasl_right_password_runs_wrong_one_exits_77() {
     let path = unique_path("sasl");
