@@ -163,6 +163,13 @@ impl RunArgs {
         }
     }
 
+    /// The command's time limit; `--max-runtime 0` is none.
+    pub fn runtime_limit(&self) -> Option<Duration> {
+        self.max_runtime
+            .map(|limit| limit.0)
+            .filter(|limit| !limit.is_zero())
+    }
+
     pub fn lock_kind(&self) -> LockKind {
         match (self.limit, self.shared, self.write) {
             (Some(limit), _, _) => LockKind::Semaphore(limit),

@@ -14,6 +14,7 @@ use anyhow::Result;
 use tokio::time::Instant;
 
 use crate::exit::{Exit, Failure};
+use crate::report;
 
 /// What the lifecycle learned, for the report; shared with the parts that
 /// learn it.
@@ -138,6 +139,19 @@ impl MetricsFile {
         })?;
         let _ = std::fs::remove_file(&file.temp);
         Ok(file)
+    }
+
+    /// Says (hidden by `-q`, for a FILE named so on purpose) when FILE is
+    /// not one node_exporter's textfile collector reads: it reads `*.prom`
+    /// only, and skips everything else without a word.
+    pub fn warn_if_uncollected(&self, report: report::Report) {
+        if self.path.extension().is_none_or(|ext| ext != "prom") {
+            report.note(format_args!(
+                "--metrics-file {} does not end in .prom: node_exporter's textfile \
+                 collector reads only *.prom files",
+                self.path.display()
+            ));
+        }
     }
 
     /// Writes the report of a finished lifecycle; a failure is reported,

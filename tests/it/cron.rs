@@ -425,6 +425,53 @@ fn max_runtime_terminates_then_kills() {
     assert_eq!(wait_for_exit(&mut waiter, LONG).unwrap().code(), Some(0));
 }
 
+#[test]
+fn zero_max_runtime_is_no_limit_and_zero_connect_timeout_is_refused() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("zero-durations");
+    // As in timeout(1): 0 is no limit.
+    let out = run_bounded(
+        zklock_run(&connect, &path).args(["--max-runtime", "0", "-c", "sleep 0.5; echo done"]),
+        LONG,
+    );
+    out.assert_code(0);
+    assert_eq!(out.stdout, "done\n");
+    assert_eq!(out.stderr, "");
+    assert_no_lock_nodes(&zk, &path);
+    // Refused before connecting, flag or config file.
+    let out = run_bounded(
+        zklock_run(&connect, &path).args(["--connect-timeout", "0s", "--", "true"]),
+        LONG,
+    );
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains("connect timeout of 0"),
+        "{}",
+        out.stderr
+    );
+    let dir = TempDir::new();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[ensembles.z]\nhosts = \"{connect}\"\nconnect-timeout = \"0\"\n"),
+    )
+    .unwrap();
+    let out = run_bounded(
+        zklock()
+            .args(["status", "-z", "@z", "--config"])
+            .arg(&config)
+            .arg(&path),
+        LONG,
+    );
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains("connect timeout of 0"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// Parses a Prometheus text-format file strictly enough to catch a torn or
 /// malformed one: every sample follows its `# HELP` and `# TYPE` lines,
 /// label values are quoted and every value is a number. Returns the samples
@@ -693,4 +740,42 @@ fn metrics_file_is_replaced_atomically() {
     stop.store(true, Ordering::Relaxed);
     let complete = reader.join().expect("every read saw a complete file");
     assert!(complete > 0);
+}
+
+#[test]
+fn metrics_file_not_named_prom_is_warned_about() {
+    let connect = shared_server().connect_string();
+    let path = unique_path("metrics-name");
+    let dir = TempDir::new();
+    let txt = dir.path().join("job.txt");
+    let out = run_bounded(
+        zklock_run(&connect, &path)
+            .arg("--metrics-file")
+            .arg(&txt)
+            .args(["--", "true"]),
+        LONG,
+    );
+    out.assert_code(0);
+    assert_eq!(
+        out.one_error_line(),
+        format!(
+            "zklock: --metrics-file {} does not end in .prom: node_exporter's textfile \
+             collector reads only *.prom files",
+            txt.display()
+        )
+    );
+    // Written all the same; -q (a name chosen on purpose) hides the line.
+    assert!(parse_metrics(&std::fs::read_to_string(&txt).unwrap()).len() > 6);
+    for (file, quiet) in [(txt.clone(), true), (dir.path().join("job.prom"), false)] {
+        let mut cmd = zklock_run(&connect, &path);
+        if quiet {
+            cmd.arg("-q");
+        }
+        let out = run_bounded(
+            cmd.arg("--metrics-file").arg(&file).args(["--", "true"]),
+            LONG,
+        );
+        out.assert_code(0);
+        assert_eq!(out.stderr, "", "{file:?}");
+    }
 }
