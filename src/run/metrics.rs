@@ -24,7 +24,8 @@ pub struct Facts {
     acquired: Cell<Option<(Instant, SystemTime)>>,
     fencing_token: Cell<Option<i64>>,
     /// Server milliseconds of the last successful run's start, from the
-    /// `--once-per` record (including this run once it is recorded).
+    /// `--once-per` record (including this run once it is recorded), never
+    /// after the server's time (`record::reported_success`).
     last_success_ms: Cell<Option<i64>>,
     skipped: Cell<bool>,
     ran: Cell<bool>,
@@ -159,10 +160,13 @@ impl MetricsFile {
     pub fn write(&self, result: &Result<Exit>, facts: &Facts) -> std::io::Result<()> {
         let (outcome, code) = outcome(result, facts);
         let previous = std::fs::read_to_string(&self.path).ok();
+        // Never a time ahead of this host's clock (which is what alerts
+        // compare it with): a future date would silence a staleness alert.
+        let now_seconds = unix_seconds(SystemTime::now());
         let last_success = facts
             .last_success_ms
             .get()
-            .map(|ms| ms as f64 / 1000.0)
+            .map(|ms| (ms as f64 / 1000.0).min(now_seconds))
             .or_else(|| {
                 let acquired = facts.acquired.get()?.1;
                 (outcome == Outcome::Ran && code == 0).then(|| unix_seconds(acquired))
@@ -171,6 +175,7 @@ impl MetricsFile {
                 previous
                     .as_deref()
                     .and_then(|p| previous_last_success(p, &self.label))
+                    .filter(|&seconds| seconds <= now_seconds)
             });
         let now = Instant::now();
         let report = Report {
