@@ -118,9 +118,23 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     pub once_per: Option<Seconds>,
 
+    /// With --once-per: after a failed run, skip the command (exit as -E)
+    /// until DURATION has passed since that run started (server clock), so
+    /// that hosts firing meanwhile do not retry it back to back; make it
+    /// longer than the job runs. Default 0: the next firing of any host
+    /// retries at once, as plain cron would, so another host takes over
+    /// from a failure that only one host has.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        allow_negative_numbers = true,
+        requires = "once_per"
+    )]
+    pub retry_after: Option<Seconds>,
+
     /// Send SIGTERM to the command's process group after it has run for
     /// DURATION (waiting for the lock does not count), SIGKILL --kill-after
-    /// later; zklock then exits 124.
+    /// later; zklock then exits 124. 0 means no limit, as in timeout(1).
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     pub max_runtime: Option<Seconds>,
 
@@ -161,6 +175,13 @@ impl RunArgs {
         } else {
             self.timeout.map(|t| t.0)
         }
+    }
+
+    /// The command's time limit; `--max-runtime 0` is none.
+    pub fn runtime_limit(&self) -> Option<Duration> {
+        self.max_runtime
+            .map(|limit| limit.0)
+            .filter(|limit| !limit.is_zero())
     }
 
     pub fn lock_kind(&self) -> LockKind {

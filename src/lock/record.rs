@@ -82,24 +82,77 @@ impl Record {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Run,
-    /// The last success started `ago_ms` before now, within the window.
+    /// Run, although the record's last success is dated more than the
+    /// window after now: a date no clock skew explains is not believed.
+    RunPastFuture {
+        last: RunRecord,
+        ahead_ms: i64,
+    },
+    /// The last success started `ago_ms` before now (negative: after),
+    /// within the window.
     Skip {
         last: RunRecord,
         ago_ms: i64,
     },
+    /// The last run failed `ago_ms` before now (negative: after), within
+    /// `--retry-after`.
+    Retry {
+        failed: RunRecord,
+        ago_ms: i64,
+    },
 }
 
-/// The decision of `--once-per WINDOW`, on server times only. A last
-/// success stamped after `now_ms` (the ensemble's leader changed to one
-/// whose clock is behind) counts as within the window: skipping a run is
-/// the failure that can be noticed and retried, running twice is not.
-pub fn decide(record: &Record, now_ms: i64, window_ms: i64) -> Verdict {
+/// Whether a run started at `start_ms` lies within `span_ms` of `now_ms`:
+/// less than `span_ms` ago, or not more than `span_ms` ahead. A start a
+/// little after now comes from the ensemble's leader changing to one whose
+/// clock is behind: skipping a run is the failure that can be noticed and
+/// retried, running twice is not. A start further ahead than the span
+/// itself is no skew but a bogus date (a clock that jumped, a hand edit),
+/// and would hold the job back for as long as it lasts.
+fn within(start_ms: i64, now_ms: i64, span_ms: i64) -> bool {
+    let ago = now_ms.saturating_sub(start_ms);
+    ago < span_ms && ago >= span_ms.saturating_neg()
+}
+
+/// The decision of `--once-per WINDOW` and `--retry-after RETRY` (0: none),
+/// on server times only. A recent success skips; otherwise a recent failure
+/// (the last run, when it failed) waits out RETRY from its start.
+pub fn decide(record: &Record, now_ms: i64, window_ms: i64, retry_ms: i64) -> Verdict {
+    if let Some(last) = &record.last_success {
+        if within(last.start_ms, now_ms, window_ms) {
+            return Verdict::Skip {
+                last: last.clone(),
+                ago_ms: now_ms - last.start_ms,
+            };
+        }
+    }
+    if let Some(failed) = record.last_run.as_ref().filter(|run| run.exit_status != 0) {
+        if retry_ms > 0 && within(failed.start_ms, now_ms, retry_ms) {
+            return Verdict::Retry {
+                failed: failed.clone(),
+                ago_ms: now_ms - failed.start_ms,
+            };
+        }
+    }
     match &record.last_success {
-        Some(last) if now_ms - last.start_ms < window_ms => Verdict::Skip {
+        Some(last) if last.start_ms > now_ms => Verdict::RunPastFuture {
             last: last.clone(),
-            ago_ms: now_ms - last.start_ms,
+            ahead_ms: last.start_ms - now_ms,
         },
         _ => Verdict::Run,
+    }
+}
+
+/// The last success to report (`--metrics-file`) for a record read at
+/// server time `now_ms`: never later than now. A success dated ahead
+/// within the window, taken as recent, counts as now; one further ahead,
+/// not believed, is left out.
+pub fn reported_success(record: &Record, now_ms: i64, window_ms: i64) -> Option<i64> {
+    let start = record.last_success.as_ref()?.start_ms;
+    if start <= now_ms {
+        Some(start)
+    } else {
+        within(start, now_ms, window_ms).then_some(now_ms)
     }
 }
 
@@ -118,7 +171,7 @@ mod tests {
         RunRecord {
             start_ms,
             start: String::new(),
-            end_ms: start_ms + 10,
+            end_ms: start_ms.saturating_add(10),
             end: String::new(),
             host: "web1".into(),
             user: None,
@@ -145,21 +198,93 @@ mod tests {
     fn window_decides_on_the_last_success_start() {
         let hour = 3_600_000;
         let empty = Record::default();
-        assert_eq!(decide(&empty, 5 * hour, hour), Verdict::Run);
+        assert_eq!(decide(&empty, 5 * hour, hour, 0), Verdict::Run);
         let ran = empty.with_run(run(2 * hour, 0, 7));
         assert_eq!(
-            decide(&ran, 2 * hour + 1000, hour),
+            decide(&ran, 2 * hour + 1000, hour, 0),
             Verdict::Skip {
                 last: run(2 * hour, 0, 7),
                 ago_ms: 1000
             }
         );
-        assert_eq!(decide(&ran, 3 * hour, hour), Verdict::Run);
-        // A server clock behind the record's: within the window.
+        assert_eq!(decide(&ran, 3 * hour, hour, 0), Verdict::Run);
+        // A server clock behind the record's by up to the window: recent.
+        assert_eq!(
+            decide(&ran, 2 * hour - 5000, hour, 0),
+            Verdict::Skip {
+                last: run(2 * hour, 0, 7),
+                ago_ms: -5000
+            }
+        );
+        assert!(matches!(decide(&ran, hour, hour, 0), Verdict::Skip { .. }));
+        // Further ahead than the window: not believed.
+        assert_eq!(
+            decide(&ran, hour - 1, hour, 0),
+            Verdict::RunPastFuture {
+                last: run(2 * hour, 0, 7),
+                ahead_ms: hour + 1
+            }
+        );
+        let absurd = empty.with_run(run(i64::MAX, 0, 7));
         assert!(matches!(
-            decide(&ran, 2 * hour - 5000, hour),
+            decide(&absurd, hour, hour, hour),
+            Verdict::RunPastFuture { .. }
+        ));
+        let ancient = empty.with_run(run(i64::MIN, 0, 7));
+        assert_eq!(decide(&ancient, hour, hour, hour), Verdict::Run);
+    }
+
+    #[test]
+    fn a_failure_waits_out_retry_after_from_its_start() {
+        let hour = 3_600_000;
+        let ok = Record::default().with_run(run(0, 0, 1));
+        let failed = ok.with_run(run(30 * hour, 1, 2));
+        // Without --retry-after, the next run retries at once.
+        assert_eq!(decide(&failed, 30 * hour + 1, 20 * hour, 0), Verdict::Run);
+        assert_eq!(
+            decide(&failed, 31 * hour, 20 * hour, 2 * hour),
+            Verdict::Retry {
+                failed: run(30 * hour, 1, 2),
+                ago_ms: hour
+            }
+        );
+        assert_eq!(
+            decide(&failed, 32 * hour, 20 * hour, 2 * hour),
+            Verdict::Run
+        );
+        // A recent success still says so first; a success after the
+        // failure ends the wait.
+        assert!(matches!(
+            decide(&failed, 10 * hour, 20 * hour, 2 * hour),
             Verdict::Skip { .. }
         ));
+        let recovered = failed.with_run(run(31 * hour, 0, 3));
+        assert_eq!(
+            decide(&recovered, 52 * hour, 20 * hour, 2 * hour),
+            Verdict::Run
+        );
+        // A failure dated ahead: within RETRY of now waits, further is bogus.
+        assert!(matches!(
+            decide(&failed, 29 * hour, 20 * hour, 2 * hour),
+            Verdict::Retry { ago_ms, .. } if ago_ms == -hour
+        ));
+        assert_eq!(
+            decide(&failed, 27 * hour, 20 * hour, 2 * hour),
+            Verdict::Run
+        );
+    }
+
+    #[test]
+    fn the_reported_success_is_never_after_now() {
+        let hour = 3_600_000;
+        assert_eq!(reported_success(&Record::default(), hour, hour), None);
+        let ran = Record::default().with_run(run(2 * hour, 0, 7));
+        assert_eq!(reported_success(&ran, 5 * hour, hour), Some(2 * hour));
+        assert_eq!(
+            reported_success(&ran, 2 * hour - 10, hour),
+            Some(2 * hour - 10)
+        );
+        assert_eq!(reported_success(&ran, hour - 1, hour), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use anyhow::Result;
 use tokio::time::Instant;
 
 use crate::exit::{Exit, Failure};
+use crate::report;
 
 /// What the lifecycle learned, for the report; shared with the parts that
 /// learn it.
@@ -23,7 +24,8 @@ pub struct Facts {
     acquired: Cell<Option<(Instant, SystemTime)>>,
     fencing_token: Cell<Option<i64>>,
     /// Server milliseconds of the last successful run's start, from the
-    /// `--once-per` record (including this run once it is recorded).
+    /// `--once-per` record (including this run once it is recorded), never
+    /// after the server's time (`record::reported_success`).
     last_success_ms: Cell<Option<i64>>,
     skipped: Cell<bool>,
     ran: Cell<bool>,
@@ -140,15 +142,31 @@ impl MetricsFile {
         Ok(file)
     }
 
+    /// Says (hidden by `-q`, for a FILE named so on purpose) when FILE is
+    /// not one node_exporter's textfile collector reads: it reads `*.prom`
+    /// only, and skips everything else without a word.
+    pub fn warn_if_uncollected(&self, report: report::Report) {
+        if self.path.extension().is_none_or(|ext| ext != "prom") {
+            report.note(format_args!(
+                "--metrics-file {} does not end in .prom: node_exporter's textfile \
+                 collector reads only *.prom files",
+                self.path.display()
+            ));
+        }
+    }
+
     /// Writes the report of a finished lifecycle; a failure is reported,
     /// never changes zklock's exit status.
     pub fn write(&self, result: &Result<Exit>, facts: &Facts) -> std::io::Result<()> {
         let (outcome, code) = outcome(result, facts);
         let previous = std::fs::read_to_string(&self.path).ok();
+        // Never a time ahead of this host's clock (which is what alerts
+        // compare it with): a future date would silence a staleness alert.
+        let now_seconds = unix_seconds(SystemTime::now());
         let last_success = facts
             .last_success_ms
             .get()
-            .map(|ms| ms as f64 / 1000.0)
+            .map(|ms| (ms as f64 / 1000.0).min(now_seconds))
             .or_else(|| {
                 let acquired = facts.acquired.get()?.1;
                 (outcome == Outcome::Ran && code == 0).then(|| unix_seconds(acquired))
@@ -157,6 +175,7 @@ impl MetricsFile {
                 previous
                     .as_deref()
                     .and_then(|p| previous_last_success(p, &self.label))
+                    .filter(|&seconds| seconds <= now_seconds)
             });
         let now = Instant::now();
         let report = Report {

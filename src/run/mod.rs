@@ -32,10 +32,12 @@ pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
     let metrics = match &args.metrics_file {
-        Some(file) => Some(metrics::MetricsFile::prepare(
-            file,
-            &args.lock_paths().map_err(Failure::usage)?,
-        )?),
+        Some(file) => {
+            let metrics =
+                metrics::MetricsFile::prepare(file, &args.lock_paths().map_err(Failure::usage)?)?;
+            metrics.warn_if_uncollected(Report(args.verbosity()));
+            Some(metrics)
+        }
         None => None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -219,7 +221,7 @@ async fn run_command(
         signals,
         lost.as_mut(),
         policy.kill_after,
-        plan.args.max_runtime.map(|limit| limit.0),
+        plan.args.runtime_limit(),
         &mut on_loss,
     )
     .await;

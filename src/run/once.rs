@@ -1,6 +1,8 @@
 //! `--once-per DURATION`: once the lock is held, run the command only if
-//! the last successful run of the path started at least DURATION ago, on
-//! the server's clock; record the run before releasing the lock.
+//! the last successful run of the path started at least DURATION ago (or
+//! is dated more than DURATION ahead: not believed), on the server's clock,
+//! and, with `--retry-after`, if the last run did not fail too recently;
+//! record the run before releasing the lock.
 //!
 //! "Now" is the mtime of a versioned rewrite of the record made while we
 //! hold the lock; "then" is the start stored in the record, itself such an
@@ -22,6 +24,7 @@ use crate::lock::holder::escape_controls;
 use crate::lock::recipe::LockKind;
 use crate::lock::record::{self, Record, RunRecord, Verdict};
 use crate::lock::record_store::{self, Recorded};
+use crate::values::Seconds;
 
 /// Why `--once-per` cannot go with the rest of the command line, if so.
 pub fn refuse(plan: &Plan<'_>) -> Result<()> {
@@ -64,36 +67,85 @@ pub async fn check(
     };
     let lock = plan.order[0];
     let stamped = record_store::stamp(client, lock, &plan.acls).await?;
-    let last = stamped.record.last_success.as_ref();
-    facts.last_success(last.map(|run| run.start_ms));
-    let window_ms = window.0.as_millis().min(i64::MAX as u128) as i64;
-    match record::decide(&stamped.record, stamped.now_ms, window_ms) {
-        Verdict::Skip { last, ago_ms } => {
-            facts.skipped();
-            let user = last
-                .user
-                .as_deref()
-                .map(|u| format!(" (user {})", escape_controls(u)))
-                .unwrap_or_default();
-            plan.report.note(format_args!(
-                "not running: {lock} last ran successfully {} ago, on {}{user} at {} (fencing token {}); --once-per {}",
-                humantime::format_duration(Duration::from_secs((ago_ms.max(0) / 1000) as u64)),
-                escape_controls(&last.host),
-                last.start,
-                last.fencing_token,
-                window,
-            ));
-            Ok(Err(Exit::Conflict(plan.args.conflict_exit_code)))
+    let window_ms = millis(window.0);
+    let retry = plan.args.retry_after.unwrap_or(Seconds(Duration::ZERO));
+    let retry_ms = millis(retry.0);
+    facts.last_success(record::reported_success(
+        &stamped.record,
+        stamped.now_ms,
+        window_ms,
+    ));
+    let skip = |why: std::fmt::Arguments<'_>| {
+        facts.skipped();
+        plan.report.note(format_args!("not running: {lock} {why}"));
+        Ok(Err(Exit::Conflict(plan.args.conflict_exit_code)))
+    };
+    match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {
+        Verdict::Skip { last, ago_ms } => skip(format_args!(
+            "last ran successfully {}, {}; --once-per {window}",
+            when(ago_ms),
+            who(&last),
+        )),
+        Verdict::Retry { failed, ago_ms } => skip(format_args!(
+            "last ran {}, {}, and failed (exit status {}); --retry-after {retry}: \
+             next try at the first firing after {}",
+            when(ago_ms),
+            who(&failed),
+            failed.exit_status,
+            record::rfc3339_ms(failed.start_ms.saturating_add(retry_ms)),
+        )),
+        verdict => {
+            if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
+                plan.report.note(format_args!(
+                    "running: {lock} last ran successfully {} in the future by the server's clock, \
+                     {}; a success dated further ahead than --once-per {window} is not recent",
+                    format_ms(ahead_ms),
+                    who(&last),
+                ));
+            }
+            Ok(Ok(Some(Pending {
+                lock: lock.to_owned(),
+                known: Some((stamped.record, stamped.version)),
+                start_ms: stamped.now_ms,
+                started: Instant::now(),
+                token: node.czxid,
+                facts: Rc::clone(facts),
+            })))
         }
-        Verdict::Run => Ok(Ok(Some(Pending {
-            lock: lock.to_owned(),
-            known: Some((stamped.record, stamped.version)),
-            start_ms: stamped.now_ms,
-            started: Instant::now(),
-            token: node.czxid,
-            facts: Rc::clone(facts),
-        }))),
     }
+}
+
+fn millis(duration: Duration) -> i64 {
+    duration.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// Whole seconds, as humantime writes them.
+fn format_ms(ms: i64) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(ms.unsigned_abs() / 1000))
+}
+
+/// When a recorded run started, `ago_ms` before now on the server's clock.
+fn when(ago_ms: i64) -> String {
+    if ago_ms >= 0 {
+        format!("{} ago", format_ms(ago_ms))
+    } else {
+        format!("{} in the future by the server's clock", format_ms(ago_ms))
+    }
+}
+
+/// Where and when a recorded run ran, for a skip line.
+fn who(run: &RunRecord) -> String {
+    let user = run
+        .user
+        .as_deref()
+        .map(|u| format!(" (user {})", escape_controls(u)))
+        .unwrap_or_default();
+    format!(
+        "on {}{user} at {} (fencing token {})",
+        escape_controls(&run.host),
+        escape_controls(&run.start),
+        run.fencing_token
+    )
 }
 
 impl Pending {

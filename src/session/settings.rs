@@ -147,6 +147,12 @@ impl Settings {
             "connect-timeout",
             &ensemble.connect_timeout,
         )?;
+        if connect_timeout.is_zero() {
+            return Err("a connect timeout of 0 would give up before connecting; \
+                        give --connect-timeout (or connect-timeout in the config file) \
+                        a positive duration such as 10s"
+                .into());
+        }
 
         let pick = |flag: &Option<PathBuf>, file: &Option<PathBuf>| flag.clone().or(file.clone());
         let (tls, tls_files, tls_pem) = tls_options(

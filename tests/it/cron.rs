@@ -347,6 +347,249 @@ fn record_is_invisible_to_curator_and_kazoo_contenders() {
     assert_no_lock_nodes(&zk, &path);
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A run as the record stores it, started at `start_ms` (server clock).
+fn recorded_run(start_ms: i64, exit_status: u8, host: &str) -> Value {
+    serde_json::json!({
+        "start_ms": start_ms,
+        "start": "written by hand",
+        "end_ms": start_ms + 1000,
+        "end": "written by hand",
+        "host": host,
+        "exit_status": exit_status,
+        "fencing_token": 1,
+    })
+}
+
+/// Creates PATH (a fresh one) with a record written by hand, as a leader
+/// whose clock jumped or an operator's edit would leave it.
+fn write_record(zk: &Inspector, path: &str, record: Value) {
+    zk.create_all(path);
+    zk.create(
+        &format!("{path}/{RECORD}"),
+        record.to_string().as_bytes(),
+        true,
+    );
+}
+
+fn last_success_gauge(file: &Path, path: &str) -> Option<f64> {
+    let samples = parse_metrics(&std::fs::read_to_string(file).expect("metrics file"));
+    samples
+        .get(&format!(
+            "zklock_last_success_timestamp_seconds{{path=\"{path}\"}}"
+        ))
+        .copied()
+}
+
+#[test]
+fn a_success_dated_far_ahead_is_not_recent() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("once-future");
+    let dir = TempDir::new();
+    let log = dir.path().join("runs");
+    let file = dir.path().join("job.prom");
+    let day_ahead = now_ms() + 24 * 3_600_000;
+    let bogus = recorded_run(day_ahead, 0, "leader-ahead");
+    write_record(
+        &zk,
+        &path,
+        serde_json::json!({"last_run": bogus, "last_success": bogus}),
+    );
+    // A file an earlier zklock wrote from that record.
+    std::fs::write(
+        &file,
+        format!(
+            "# HELP zklock_last_success_timestamp_seconds x\n\
+             # TYPE zklock_last_success_timestamp_seconds gauge\n\
+             zklock_last_success_timestamp_seconds{{path=\"{path}\"}} {}\n",
+            day_ahead as f64 / 1000.0
+        ),
+    )
+    .unwrap();
+    let once = |script: &str| {
+        run_bounded(
+            zklock_run(&connect, &path)
+                .args(["--once-per", "1h", "--metrics-file"])
+                .arg(&file)
+                .args(["-c", script]),
+            LONG,
+        )
+    };
+    // It runs, says why in one line, and exports no future success.
+    let failed = once(&format!("{}; exit 1", appends(&log)));
+    failed.assert_code(1);
+    let line = failed.one_error_line();
+    assert!(
+        line.starts_with(&format!(
+            "zklock: running: {path} last ran successfully 23h 59m"
+        )) && line
+            .contains(" in the future by the server's clock, on leader-ahead at written by hand")
+            && line.ends_with("dated further ahead than --once-per 1h is not recent"),
+        "{line}"
+    );
+    assert_eq!(runs(&log), 1);
+    assert_eq!(last_success_gauge(&file, &path), None);
+    // Until a run succeeds, every firing runs.
+    let ran = once(&appends(&log));
+    ran.assert_code(0);
+    assert!(ran.one_error_line().ends_with("is not recent"));
+    assert_eq!(runs(&log), 2);
+    let rec = record(&zk, &path).unwrap();
+    let start_ms = rec["last_success"]["start_ms"].as_i64().unwrap();
+    assert!(start_ms <= now_ms(), "{rec}");
+    assert_eq!(
+        last_success_gauge(&file, &path),
+        Some(start_ms as f64 / 1000.0)
+    );
+    assert_skipped(&once(&appends(&log)), &path);
+    assert_eq!(runs(&log), 2);
+}
+
+#[test]
+fn a_success_dated_ahead_within_the_window_is_recent() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("once-skew");
+    let dir = TempDir::new();
+    let file = dir.path().join("job.prom");
+    let ahead = recorded_run(now_ms() + 600_000, 0, "leader-ahead");
+    write_record(
+        &zk,
+        &path,
+        serde_json::json!({"last_run": ahead, "last_success": ahead}),
+    );
+    let out = run_bounded(
+        zklock_run(&connect, &path)
+            .args(["--once-per", "1h", "--metrics-file"])
+            .arg(&file)
+            .args(["--", "true"]),
+        LONG,
+    );
+    assert_skipped(&out, &path);
+    let line = out.one_error_line();
+    assert!(
+        line.contains(" last ran successfully 9m ")
+            && line.contains(" in the future by the server's clock, on leader-ahead"),
+        "{line}"
+    );
+    // Exported as now at the latest, never as the future date.
+    let exported = last_success_gauge(&file, &path).expect("a last success");
+    assert!(exported <= now_ms() as f64 / 1000.0, "{exported}");
+    assert!(exported > (now_ms() - 60_000) as f64 / 1000.0, "{exported}");
+}
+
+#[test]
+fn retry_after_holds_a_failed_job_back() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("once-retry");
+    let dir = TempDir::new();
+    let log = dir.path().join("runs");
+    let once = |retry: &str, script: &str| {
+        run_bounded(
+            zklock_run(&connect, &path).args([
+                "--once-per",
+                "1h",
+                "--retry-after",
+                retry,
+                "-c",
+                script,
+            ]),
+            LONG,
+        )
+    };
+    once("1h", &format!("{}; exit 3", appends(&log))).assert_code(3);
+    let failed = record(&zk, &path).unwrap()["last_run"].clone();
+    let failed_ms = failed["start_ms"].as_i64().unwrap();
+    // Any other host firing within the hour skips, as a recent success would.
+    let skipped = once("1h", &appends(&log));
+    skipped.assert_code(75);
+    let line = skipped.one_error_line();
+    let retry_at = humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + Duration::from_millis(failed_ms as u64 + 3_600_000),
+    );
+    assert!(
+        line.starts_with(&format!("zklock: not running: {path} last ran "))
+            && line.contains(&format!(
+                " at {} (fencing token ",
+                failed["start"].as_str().unwrap()
+            ))
+            && line.ends_with(&format!(
+                ", and failed (exit status 3); --retry-after 1h: next try at the first firing after {retry_at}"
+            )),
+        "{line}"
+    );
+    assert_eq!(runs(&log), 1);
+    let quiet = run_bounded(
+        zklock_run(&connect, &path)
+            .args(["-q", "-E", "9", "--once-per", "1h", "--retry-after", "1h"])
+            .args(["--", "true"]),
+        LONG,
+    );
+    quiet.assert_code(9);
+    assert_eq!(quiet.stderr, "");
+    // Without --retry-after the next firing retries at once, as before.
+    // With a short one, runs are skipped until it has passed since the
+    // failed run started, on the server's clock.
+    let deadline = Instant::now() + LONG;
+    loop {
+        let out = once("2s", &appends(&log));
+        if out.code() == 0 {
+            break;
+        }
+        out.assert_code(75);
+        assert!(Instant::now() < deadline, "still skipped: {}", out.stderr);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(runs(&log), 2);
+    let rec = record(&zk, &path).unwrap();
+    let retried_ms = rec["last_success"]["start_ms"].as_i64().unwrap();
+    assert!(retried_ms - failed_ms >= 2000, "{failed_ms} then {rec}");
+    // A success ends the wait: the window decides again.
+    assert_skipped(&once("1h", &appends(&log)), &path);
+
+    // A failure recorded 30 minutes ago: held back by 1h, not by 20m.
+    let other = unique_path("once-retry-hand");
+    write_record(
+        &zk,
+        &other,
+        serde_json::json!({"last_run": recorded_run(now_ms() - 1_800_000, 1, "web7")}),
+    );
+    let run = |retry: &str| {
+        run_bounded(
+            zklock_run(&connect, &other).args([
+                "--once-per",
+                "1h",
+                "--retry-after",
+                retry,
+                "--",
+                "true",
+            ]),
+            LONG,
+        )
+    };
+    run("1h").assert_code(75);
+    run("20m").assert_code(0);
+
+    let refused = run_bounded(
+        zklock_run(&connect, &path).args(["--retry-after", "1h", "--", "true"]),
+        LONG,
+    );
+    refused.assert_code(64);
+    assert!(
+        refused.one_error_line().contains("--once-per"),
+        "{}",
+        refused.stderr
+    );
+}
+
 #[test]
 fn max_runtime_terminates_then_kills() {
     let connect = shared_server().connect_string();
@@ -423,6 +666,53 @@ fn max_runtime_terminates_then_kills() {
     std::fs::write(&go, "").unwrap();
     assert_eq!(wait_for_exit(&mut holder, LONG).unwrap().code(), Some(0));
     assert_eq!(wait_for_exit(&mut waiter, LONG).unwrap().code(), Some(0));
+}
+
+#[test]
+fn zero_max_runtime_is_no_limit_and_zero_connect_timeout_is_refused() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("zero-durations");
+    // As in timeout(1): 0 is no limit.
+    let out = run_bounded(
+        zklock_run(&connect, &path).args(["--max-runtime", "0", "-c", "sleep 0.5; echo done"]),
+        LONG,
+    );
+    out.assert_code(0);
+    assert_eq!(out.stdout, "done\n");
+    assert_eq!(out.stderr, "");
+    assert_no_lock_nodes(&zk, &path);
+    // Refused before connecting, flag or config file.
+    let out = run_bounded(
+        zklock_run(&connect, &path).args(["--connect-timeout", "0s", "--", "true"]),
+        LONG,
+    );
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains("connect timeout of 0"),
+        "{}",
+        out.stderr
+    );
+    let dir = TempDir::new();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[ensembles.z]\nhosts = \"{connect}\"\nconnect-timeout = \"0\"\n"),
+    )
+    .unwrap();
+    let out = run_bounded(
+        zklock()
+            .args(["status", "-z", "@z", "--config"])
+            .arg(&config)
+            .arg(&path),
+        LONG,
+    );
+    out.assert_code(64);
+    assert!(
+        out.one_error_line().contains("connect timeout of 0"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// Parses a Prometheus text-format file strictly enough to catch a torn or
@@ -693,4 +983,42 @@ fn metrics_file_is_replaced_atomically() {
     stop.store(true, Ordering::Relaxed);
     let complete = reader.join().expect("every read saw a complete file");
     assert!(complete > 0);
+}
+
+#[test]
+fn metrics_file_not_named_prom_is_warned_about() {
+    let connect = shared_server().connect_string();
+    let path = unique_path("metrics-name");
+    let dir = TempDir::new();
+    let txt = dir.path().join("job.txt");
+    let out = run_bounded(
+        zklock_run(&connect, &path)
+            .arg("--metrics-file")
+            .arg(&txt)
+            .args(["--", "true"]),
+        LONG,
+    );
+    out.assert_code(0);
+    assert_eq!(
+        out.one_error_line(),
+        format!(
+            "zklock: --metrics-file {} does not end in .prom: node_exporter's textfile \
+             collector reads only *.prom files",
+            txt.display()
+        )
+    );
+    // Written all the same; -q (a name chosen on purpose) hides the line.
+    assert!(parse_metrics(&std::fs::read_to_string(&txt).unwrap()).len() > 6);
+    for (file, quiet) in [(txt.clone(), true), (dir.path().join("job.prom"), false)] {
+        let mut cmd = zklock_run(&connect, &path);
+        if quiet {
+            cmd.arg("-q");
+        }
+        let out = run_bounded(
+            cmd.arg("--metrics-file").arg(&file).args(["--", "true"]),
+            LONG,
+        );
+        out.assert_code(0);
+        assert_eq!(out.stderr, "", "{file:?}");
+    }
 }
