@@ -119,3 +119,33 @@ fn usage_errors_exit_64_with_one_line_before_connecting() {
     assert_no_nodes(&zk, &base);
     assert!(!zk.exists(&base), "{base} was created");
 }
+
+/// An argument that is not UTF-8 is a usage error like any other: one line
+/// and 64, not a panic, whether it stands for a subcommand, a path or an option.
+#[test]
+fn arguments_that_are_not_utf8_are_usage_errors() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"\xff");
+    let path = OsStr::from_bytes(b"/locks/\xff");
+    let cases: [Vec<&OsStr>; 4] = [
+        vec![bad],
+        vec!["run".as_ref(), path, "--".as_ref(), "true".as_ref()],
+        vec![
+            "run".as_ref(),
+            "-w".as_ref(),
+            bad,
+            "/x".as_ref(),
+            "--".as_ref(),
+            "true".as_ref(),
+        ],
+        vec!["status".as_ref(), path],
+    ];
+    for case in cases {
+        let mut cmd = zklock();
+        cmd.args(&case).env("ZKLOCK_ZOOKEEPER", "127.0.0.1:1");
+        let out = run_bounded(&mut cmd, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(64), "{case:?}: {out:?}");
+        out.one_error_line();
+    }
+}
