@@ -183,8 +183,8 @@ pub struct BreakArgs {
     #[arg(value_name = "PATH")]
     pub path: LockPath,
 
-    /// Delete this node of PATH (a name shown by `zklock status`) instead of
-    /// the current holder's.
+    /// Delete this node of PATH (a name shown by `zklock status`, or its
+    /// full path) instead of the current holder's.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
 

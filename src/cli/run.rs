@@ -149,6 +149,10 @@ impl RunArgs {
                     .unwrap_or_else(|| "/bin/sh".into());
                 Ok(vec![sh, "-c".into(), script.clone()])
             }
+            // An empty name cannot be run: refuse it before taking the lock.
+            (None, false) if self.argv[0].is_empty() => {
+                Err("the command name is empty: add `-- CMD [ARGS]...` or `-c STRING`".into())
+            }
             (None, false) => Ok(self.argv.clone()),
             (None, true) => Err("no command given: add `-- CMD [ARGS]...` or `-c STRING`".into()),
         }
