@@ -79,7 +79,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand status" -l password-file -
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l kerberos-service -d 'The service part of the servers\' Kerberos principal (SERVICE/host@REALM). [default: zookeeper]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l kerberos-host -d 'The host part of the servers\' Kerberos principal. [default: the host zklock connects to]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l acl -d 'The ACL of every node zklock creates, in zkCli\'s syntax SCHEME:ID:PERMS (e.g. `sasl:backup:cdrwa`, `world:anyone:r`); repeat it for several entries (ZKLOCK_ACL separates them with `;`). `creator` = all permissions for the identities we authenticate as, `open` = all permissions for everyone. Our own identity needs READ, CREATE and DELETE. [default: `creator` plus `world:anyone:r` with credentials, else `open`]' -r
-complete -c zklock -n "__fish_zklock_using_subcommand status" -l json -d 'Print one JSON document instead of text (fields in the README)'
+complete -c zklock -n "__fish_zklock_using_subcommand status" -l json -d 'Print one JSON document instead of text (its fields: JSON OUTPUT in the man page)'
 complete -c zklock -n "__fish_zklock_using_subcommand status" -l kerberos -d 'Authenticate with Kerberos (SASL GSSAPI) from the ticket cache (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`'
 complete -c zklock -n "__fish_zklock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand status" -s V -l version -d 'Print version'
@@ -96,7 +96,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand list" -l password-file -d 
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l kerberos-service -d 'The service part of the servers\' Kerberos principal (SERVICE/host@REALM). [default: zookeeper]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l kerberos-host -d 'The host part of the servers\' Kerberos principal. [default: the host zklock connects to]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l acl -d 'The ACL of every node zklock creates, in zkCli\'s syntax SCHEME:ID:PERMS (e.g. `sasl:backup:cdrwa`, `world:anyone:r`); repeat it for several entries (ZKLOCK_ACL separates them with `;`). `creator` = all permissions for the identities we authenticate as, `open` = all permissions for everyone. Our own identity needs READ, CREATE and DELETE. [default: `creator` plus `world:anyone:r` with credentials, else `open`]' -r
-complete -c zklock -n "__fish_zklock_using_subcommand list" -l json -d 'Print one JSON document instead of text (fields in the README)'
+complete -c zklock -n "__fish_zklock_using_subcommand list" -l json -d 'Print one JSON document instead of text (its fields: JSON OUTPUT in the man page)'
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l kerberos -d 'Authenticate with Kerberos (SASL GSSAPI) from the ticket cache (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`'
 complete -c zklock -n "__fish_zklock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand list" -s V -l version -d 'Print version'

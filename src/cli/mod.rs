@@ -9,11 +9,12 @@ use crate::values::{LockPath, ZnodePath};
 
 mod connection;
 mod deferred;
+pub mod reference;
 mod run;
 
 pub use connection::{ConnectionArgs, HOSTS_VARIABLE};
 pub use deferred::Deferred;
-use run::ENVIRONMENT_HELP;
+pub use run::ENVIRONMENT_HELP;
 pub use run::RunArgs;
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
 ///
@@ -35,7 +36,7 @@ pub enum Command {
     /// Examples:
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
-    ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
+    ///   zklock run --once-per 20h -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
     Run(Deferred<RunArgs>),
 
@@ -121,7 +122,7 @@ pub fn ignoring_hosts_variable() -> clap::Command {
 /// Every subcommand's name (a unit test keeps it complete).
 pub const SUBCOMMANDS: [&str; 6] = ["run", "status", "list", "break", "completions", "man"];
 
-const STATUS_EXIT_HELP: &str = "\
+pub const STATUS_EXIT_HELP: &str = "\
 Exit status:
   0   every PATH is free (no holder, no waiter)
   1   at least one PATH is held or has waiters
@@ -130,7 +131,7 @@ Exit status:
   64  usage error
   70  any other ZooKeeper or internal error";
 
-const LIST_EXIT_HELP: &str = "\
+pub const LIST_EXIT_HELP: &str = "\
 Exit status:
   0   listed (also when no lock was found)
   69  cannot reach the ensemble within --connect-timeout
@@ -138,7 +139,7 @@ Exit status:
   64  usage error
   70  any other ZooKeeper or internal error";
 
-const BREAK_EXIT_HELP: &str = "\
+pub const BREAK_EXIT_HELP: &str = "\
 Exit status:
   0   the node was deleted
   1   nothing deleted: the path is free, the node (or --record) does not
@@ -155,7 +156,8 @@ pub struct StatusArgs {
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<LockPath>,
 
-    /// Print one JSON document instead of text (fields in the README).
+    /// Print one JSON document instead of text (its fields: JSON OUTPUT in
+    /// the man page).
     #[arg(long)]
     pub json: bool,
 
@@ -169,7 +171,8 @@ pub struct ListArgs {
     #[arg(value_name = "PREFIX", default_value = "/")]
     pub prefix: ZnodePath,
 
-    /// Print one JSON document instead of text (fields in the README).
+    /// Print one JSON document instead of text (its fields: JSON OUTPUT in
+    /// the man page).
     #[arg(long)]
     pub json: bool,
 

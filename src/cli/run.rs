@@ -13,7 +13,7 @@ use crate::lock::recipe::LockKind;
 use crate::report::Verbosity;
 use crate::values::{LockPath, Seconds};
 
-pub(super) const ENVIRONMENT_HELP: &str = "\
+pub const ENVIRONMENT_HELP: &str = "\
 Environment given to the command:
   ZKLOCK_PATH           the lock path as given
   ZKLOCK_NODE           our lock node's full path
