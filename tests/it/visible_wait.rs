@@ -285,7 +285,7 @@ fn at_a_terminal_ctrl_c_is_echoed_on_the_status_line_and_erased_with_it() {
     let mut cmd = zklock_run(&connect, &path);
     cmd.args(["--", "true"]);
     let mut zklock = pty.spawn(cmd);
-    pty.read_until(&format!("waiting 1s for "), LONG);
+    pty.read_until("waiting 1s for ", LONG);
     pty.write(b"\x03");
     let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits on Ctrl-C");
     let shown = pty.read_to_end(LONG);
