@@ -101,7 +101,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand list" -l json -d 'Print on
 complete -c zklock -n "__fish_zklock_using_subcommand list" -l kerberos -d 'Authenticate with Kerberos (SASL GSSAPI) from the ticket cache (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`'
 complete -c zklock -n "__fish_zklock_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand list" -s V -l version -d 'Print version'
-complete -c zklock -n "__fish_zklock_using_subcommand break" -l node -d 'Delete this node of PATH (a name shown by `zklock status`) instead of the current holder\'s' -r
+complete -c zklock -n "__fish_zklock_using_subcommand break" -l node -d 'Delete this node of PATH (a name shown by `zklock status`, or its full path) instead of the current holder\'s' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -s z -l zookeeper -d 'ZooKeeper servers: comma-separated host:port list with an optional /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the config file\'s `default` ensemble, else 127.0.0.1:2181]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l session-timeout -d 'Session timeout to ask the ensemble for; the lock is released at most this long after zklock dies or is cut off. [default: 10s]' -r
 complete -c zklock -n "__fish_zklock_using_subcommand break" -l connect-timeout -d 'Give up (exit 69) if no session is established within DURATION. [default: 10s]' -r

@@ -8,7 +8,7 @@ use zookeeper_client as zk;
 
 use crate::cli::BreakArgs;
 use crate::exit::{Exit, Failure};
-use crate::lock::directory::{Entry, EntryKind, PathKind};
+use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
 use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::present;
@@ -20,6 +20,8 @@ pub struct Target {
     pub path: String,
     pub czxid: i64,
     pub text: String,
+    /// The line printed once it is deleted: what the deletion did.
+    pub done: String,
 }
 
 pub fn break_lock(args: BreakArgs) -> Result<Exit> {
@@ -61,11 +63,27 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
         .chain(&view.waiting)
         .zip(json.holders.iter().chain(&json.waiting))
         .collect();
+    // Where an entry's node is: its full path is what `run -v` prints and
+    // `--node` accepts, as well as the name alone.
+    let dir = |entry: &Entry| match (view.kind, entry.kind) {
+        (PathKind::Semaphore { .. }, EntryKind::Lease) => format!("{lock}/{SEMAPHORE_LEASES}"),
+        (PathKind::Semaphore { .. }, _) => format!("{lock}/{SEMAPHORE_GATE}"),
+        _ => lock.to_owned(),
+    };
+    if let Some(name) = name.filter(|n| n.contains('/')) {
+        if !name.starts_with(&format!("{lock}/")) {
+            return Err(Failure::usage(format!(
+                "--node {name} is not a node of {lock}: give its name or its full path under {lock}"
+            )));
+        }
+    }
     let chosen = match name {
-        Some(name) => entries.iter().find(|(e, _)| e.node.name == name),
+        Some(name) => entries.iter().position(|(e, _)| {
+            e.node.name == name || format!("{}/{}", dir(e), e.node.name) == name
+        }),
         None => match view.holders.len() {
             0 => None,
-            1 => entries.first(),
+            1 => Some(0),
             n => {
                 return Err(Failure::usage(format!(
                     "{lock} has {n} holders; name the node to delete with --node (see zklock status {lock})"
@@ -73,24 +91,30 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
             }
         },
     };
-    let Some((entry, shown)) = chosen else {
+    let Some((at, (entry, shown))) = chosen.map(|at| (at, entries[at])) else {
         match name {
             Some(name) => say(format_args!("{lock} has no node {name}; nothing deleted")),
             None => say(format_args!("{lock} is free; nothing deleted")),
         }
         return Ok(None);
     };
-    let dir = match (view.kind, entry.kind) {
-        (PathKind::Semaphore { .. }, EntryKind::Lease) => format!("{lock}/{SEMAPHORE_LEASES}"),
-        (PathKind::Semaphore { .. }, _) => format!("{lock}/{SEMAPHORE_GATE}"),
-        _ => lock.to_owned(),
-    };
     let header = present::lock_text(&json);
     let header = header.lines().next().unwrap_or_default();
+    let path = format!("{}/{}", dir(entry), entry.node.name);
+    // A holder's zklock stops its command (76); a zklock waiter whose node
+    // disappears queues again, so deleting it only sends it to the back.
+    let done = match (at < view.holders.len(), entry.client) {
+        (true, _) => format!("deleted {path}"),
+        (false, Client::Zklock) => format!(
+            "deleted waiter node {path}; that zklock run queues again at the end of the queue"
+        ),
+        (false, _) => format!("deleted waiter node {path}"),
+    };
     Ok(Some(Target {
-        path: format!("{dir}/{}", entry.node.name),
+        path,
         czxid: entry.node.stat.czxid,
         text: format!("{header}\n{}", present::entry_text(shown)),
+        done,
     }))
 }
 
@@ -113,7 +137,7 @@ async fn delete_target(options: &Settings, target: &Target) -> Result<Exit> {
     session.close(&[]).await;
     match result? {
         true => {
-            print_stdout(&format!("deleted {}", target.path));
+            print_stdout(&target.done);
             Ok(Exit::Command(0))
         }
         false => {

@@ -41,6 +41,7 @@ pub fn break_record(args: &BreakArgs) -> Result<Exit> {
         path: path.clone(),
         czxid: stat.czxid,
         text,
+        done: format!("deleted {path}"),
     };
     if !args.yes {
         if !std::io::stdin().is_terminal() {
@@ -60,7 +61,7 @@ pub fn break_record(args: &BreakArgs) -> Result<Exit> {
         deleted
     })?;
     if deleted {
-        print_stdout(&format!("deleted {path}"));
+        print_stdout(&target.done);
         Ok(Exit::Command(0))
     } else {
         say(format_args!(

@@ -7,8 +7,11 @@ use anyhow::Result;
 use clap::CommandFactory;
 use clap_complete::Shell;
 
-use crate::cli::Cli;
-use crate::exit::Exit;
+use crate::cli::{
+    BREAK_EXIT_HELP, Cli, ENVIRONMENT_HELP, LIST_EXIT_HELP, STATUS_EXIT_HELP, SUBCOMMANDS,
+    reference,
+};
+use crate::exit::{EXIT_CODE_HELP, Exit};
 use crate::report::write_stdout;
 
 pub fn completions(shell: Shell) -> Result<Exit> {
@@ -27,17 +30,144 @@ pub fn completion_script(shell: Shell) -> Vec<u8> {
     out
 }
 
-/// zklock(1), or zklock-SUBCOMMAND(1).
+/// zklock(1), or zklock-SUBCOMMAND(1): clap's sections of the `--help`
+/// text, then the reference sections of [`crate::cli::reference`] and the
+/// exit status and environment texts the `--help` shows after the options.
 pub fn man_page(subcommand: Option<&str>) -> Vec<u8> {
-    let root = Cli::command();
-    let page = match subcommand.and_then(|name| root.find_subcommand(name)) {
-        Some(sub) => sub.clone().name(format!("zklock-{}", sub.get_name())),
-        None => root,
+    // clap's `help` subcommand has no page of its own: no `zklock-help(1)`.
+    let root = Cli::command().disable_help_subcommand(true);
+    let sub = subcommand
+        .and_then(|name| root.find_subcommand(name))
+        .cloned();
+    let name = sub.as_ref().map(|sub| sub.get_name().to_owned());
+    let mut page = match (sub, &name) {
+        (Some(sub), Some(name)) => sub.name(format!("zklock-{name}")),
+        _ => root.clone(),
     };
+    page.build();
+    let man = clap_mangen::Man::new(page.clone());
     let mut out = Vec::new();
     // Rendering into a Vec cannot fail.
-    let _ = clap_mangen::Man::new(page).render(&mut out);
+    let _ = man.render_title(&mut out);
+    let _ = man.render_name_section(&mut out);
+    let _ = man.render_synopsis_section(&mut out);
+    let _ = man.render_description_section(&mut out);
+    if page.get_arguments().any(|arg| !arg.is_hide_set()) {
+        let _ = man.render_options_section(&mut out);
+    }
+    if page.has_subcommands() {
+        let _ = man.render_subcommands_section(&mut out);
+    }
+    for (title, body) in reference_sections(name.as_deref(), &root) {
+        out.extend_from_slice(format!(".SH \"{title}\"\n{body}").as_bytes());
+    }
+    if page.get_version().is_some() {
+        let _ = man.render_version_section(&mut out);
+    }
     out
+}
+
+/// The sections after OPTIONS (or SUBCOMMANDS) of the page of `subcommand`,
+/// as (title, roff body).
+fn reference_sections(
+    subcommand: Option<&str>,
+    root: &clap::Command,
+) -> Vec<(&'static str, String)> {
+    let exit_help = match subcommand {
+        None | Some("run") => Some(EXIT_CODE_HELP),
+        Some("status") => Some(STATUS_EXIT_HELP),
+        Some("list") => Some(LIST_EXIT_HELP),
+        Some("break") => Some(BREAK_EXIT_HELP),
+        _ => None,
+    };
+    let connects = matches!(subcommand, None | Some("run" | "status" | "list" | "break"));
+    let mut sections = Vec::new();
+    if subcommand == Some("run") {
+        sections.push(("METRICS", preformatted(reference::METRICS)));
+    }
+    match subcommand {
+        Some("status") => sections.push(("JSON OUTPUT", preformatted(reference::STATUS_JSON))),
+        Some("list") => sections.push(("JSON OUTPUT", preformatted(reference::LIST_JSON))),
+        _ => {}
+    }
+    if let Some(help) = exit_help {
+        let table = help.split_once('\n').map_or(help, |(_, table)| table);
+        sections.push(("EXIT STATUS", preformatted(table)));
+    }
+    if connects {
+        let mut body = preformatted(&format!(
+            "{}\n{}",
+            environment_read(root),
+            reference::OTHER_VARIABLES
+        ));
+        if matches!(subcommand, None | Some("run")) {
+            let given = ENVIRONMENT_HELP
+                .split_once('\n')
+                .map_or(ENVIRONMENT_HELP, |(_, rest)| rest);
+            body.push_str(".SS \"Given to the command\"\n");
+            body.push_str(&preformatted(given));
+        }
+        sections.push(("ENVIRONMENT", body));
+        sections.push(("FILES", preformatted(reference::CONFIG_FILE)));
+    }
+    let see_also: Vec<String> = match subcommand {
+        None => SUBCOMMANDS
+            .iter()
+            .map(|name| format!("zklock-{name}(1)"))
+            .collect(),
+        Some(_) => vec!["zklock(1)".to_owned()],
+    };
+    sections.push((
+        "SEE ALSO",
+        format!("{}\n", roff_escape(&see_also.join(", "))),
+    ));
+    sections
+}
+
+/// Every variable an option reads (each is the same as its flag), from the
+/// clap model, so that a new one cannot be missed.
+fn environment_read(root: &clap::Command) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    let mut root = root.clone();
+    root.build();
+    for sub in root.get_subcommands() {
+        for arg in sub.get_arguments() {
+            let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                continue;
+            };
+            let env = env.to_string_lossy().into_owned();
+            if !seen.contains(&env) {
+                lines.push(format!("  {env:<25}the same as --{long}"));
+                seen.push(env);
+            }
+        }
+    }
+    lines.join("\n")
+}
+
+/// `text` kept as it is laid out (no filling), in roff.
+fn preformatted(text: &str) -> String {
+    format!(".nf\n{}\n.fi\n", roff_escape(text))
+}
+
+/// Plain text as roff: backslashes, hyphens and quotes escaped, and no line
+/// starting with a control character.
+fn roff_escape(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let escaped = line
+                .replace('\\', "\\e")
+                .replace('-', "\\-")
+                .replace('\'', "\\(aq");
+            if escaped.starts_with('.') {
+                format!("\\&{escaped}")
+            } else {
+                escaped
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -47,7 +177,6 @@ mod generated_files {
     use std::path::Path;
 
     use super::*;
-    use crate::cli::SUBCOMMANDS;
 
     fn check(file: &str, contents: &[u8]) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -89,5 +218,120 @@ mod generated_files {
             );
             check(&format!("{title}.1"), &page);
         }
+    }
+
+    /// The pages carry the reference, and name only pages that exist.
+    #[test]
+    fn man_pages_carry_the_reference() {
+        let page = |name: Option<&str>| String::from_utf8(man_page(name)).unwrap();
+        let root = page(None);
+        assert!(!root.contains("help(1)"), "zklock.1 names zklock-help(1)");
+        for name in SUBCOMMANDS {
+            assert!(root.contains(&format!("zklock\\-{name}(1)")), "{name}");
+        }
+        let sections = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter_map(|l| l.strip_prefix(".SH "))
+                .map(|s| s.trim_matches('"').to_owned())
+                .collect()
+        };
+        for (name, expected) in [
+            (
+                None,
+                &["EXIT STATUS", "ENVIRONMENT", "FILES", "SEE ALSO"][..],
+            ),
+            (
+                Some("run"),
+                &["METRICS", "EXIT STATUS", "ENVIRONMENT", "FILES"],
+            ),
+            (
+                Some("status"),
+                &["JSON OUTPUT", "EXIT STATUS", "ENVIRONMENT", "FILES"],
+            ),
+            (
+                Some("list"),
+                &["JSON OUTPUT", "EXIT STATUS", "ENVIRONMENT", "FILES"],
+            ),
+            (Some("break"), &["EXIT STATUS", "ENVIRONMENT", "FILES"]),
+            (Some("man"), &["SEE ALSO"]),
+        ] {
+            let found = sections(&page(name));
+            for section in expected {
+                assert!(found.iter().any(|s| s == section), "{name:?}: {found:?}");
+            }
+            assert!(!found.iter().any(|s| s == "EXTRA"), "{name:?}: {found:?}");
+        }
+        let run = page(Some("run"));
+        for needle in [
+            "zklock_last_success_timestamp_seconds",
+            "ZKLOCK_FENCING_TOKEN",
+            "ZKLOCK_PASSWORD ",
+            "ZKLOCK_ZOOKEEPER",
+            "128+N",
+        ] {
+            assert!(run.contains(needle), "{needle}");
+        }
+        let status = page(Some("status"));
+        for field in [
+            "fencing_token",
+            "session_id",
+            "held_seconds",
+            "last_success",
+        ] {
+            assert!(status.contains(field), "{field}");
+        }
+    }
+
+    /// The config file shown in FILES is one zklock reads, every key known.
+    #[test]
+    fn the_config_file_reference_parses() {
+        let example: String = reference::CONFIG_FILE
+            .lines()
+            .skip_while(|l| !l.starts_with("  default"))
+            .take_while(|l| l.is_empty() || l.starts_with("  "))
+            .map(|l| format!("{}\n", l.trim()))
+            .collect();
+        let file = crate::session::config::parse(Path::new("reference"), &example).unwrap();
+        assert_eq!(file.default.as_deref(), Some("prod"));
+        // Every key of an ensemble is shown in one of the two: naming the
+        // fields makes a new key fail to compile here until it is shown.
+        for ensemble in file.ensembles.values() {
+            let crate::session::config::Ensemble {
+                hosts,
+                session_timeout,
+                connect_timeout,
+                tls_ca,
+                tls_cert,
+                tls_key,
+                sasl_user,
+                digest_user,
+                kerberos,
+                kerberos_service,
+                kerberos_host,
+                password_file,
+                password,
+                acl,
+            } = ensemble;
+            assert!(!hosts.is_empty());
+            let prod = [
+                session_timeout.is_some(),
+                connect_timeout.is_some(),
+                tls_ca.is_some(),
+                tls_cert.is_some(),
+                tls_key.is_some(),
+                sasl_user.is_some(),
+                password_file.is_some(),
+                acl.is_some(),
+            ];
+            let dev = [
+                digest_user.is_some(),
+                password.is_some(),
+                kerberos.is_some(),
+                kerberos_service.is_some(),
+                kerberos_host.is_some(),
+            ];
+            assert!(prod.iter().all(|&k| k) || dev.iter().all(|&k| k));
+        }
+        assert_eq!(file.ensembles.len(), 2);
     }
 }

@@ -97,8 +97,11 @@ fn subcommand_given() -> String {
         .get_subcommands()
         .map(|c| c.get_name().to_owned())
         .collect();
-    std::env::args()
+    // args_os: an argument that is not UTF-8 must not panic here, where
+    // its usage error is being reported.
+    std::env::args_os()
         .skip(1)
+        .filter_map(|arg| arg.into_string().ok())
         .find(|arg| names.contains(arg))
         .map_or_else(|| "zklock ".to_owned(), |name| format!("zklock {name} "))
 }

@@ -13,24 +13,28 @@ pub struct Seconds(pub Duration);
 impl FromStr for Seconds {
     type Err = String;
 
+    /// The errors leave humantime's own wording ("expected number at 0")
+    /// out: a user needs to know what to write instead.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        const HOW: &str = "use a number with a unit, like 30s, 5m or 1h (a bare number is seconds)";
         let text = text.trim();
         if text.starts_with('-') {
-            return Err(format!("`{text}` is negative; durations start at 0"));
+            return Err(format!("a duration cannot be negative; {HOW}"));
         }
         if text.starts_with(|c: char| c.is_ascii_digit() || c == '.')
             && text.chars().all(|c| c.is_ascii_digit() || c == '.')
         {
-            let seconds: f64 = text
-                .parse()
-                .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+            let seconds: f64 = text.parse().map_err(|_| format!("not a duration; {HOW}"))?;
             return Duration::try_from_secs_f64(seconds)
                 .map(Seconds)
-                .map_err(|_| format!("`{text}` seconds is out of range"));
+                .map_err(|_| "too long a duration".to_owned());
         }
         humantime::parse_duration(text)
             .map(Seconds)
-            .map_err(|err| format!("`{text}` is not a duration ({err}); try 30s, 2m or 0.5"))
+            .map_err(|err| match err {
+                humantime::DurationError::NumberOverflow => "too long a duration".to_owned(),
+                _ => format!("not a duration; {HOW}"),
+            })
     }
 }
 
@@ -76,6 +80,7 @@ impl FromStr for LockPath {
 }
 
 /// Any valid absolute ZooKeeper path, the root included (where to look).
+/// A trailing slash is dropped (`/locks/` is `/locks`), as `ls` takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZnodePath(String);
 
@@ -89,6 +94,10 @@ impl FromStr for ZnodePath {
     type Err = String;
 
     fn from_str(path: &str) -> Result<Self, Self::Err> {
+        let path = match path.strip_suffix('/') {
+            Some(dir) if !dir.is_empty() && !dir.ends_with('/') => dir,
+            _ => path,
+        };
         validate_znode_path(path)?;
         Ok(ZnodePath(path.to_owned()))
     }
@@ -270,8 +279,16 @@ mod tests {
             "nan",
             "-5s",
         ] {
-            assert!(secs(bad).is_err(), "{bad:?} accepted");
+            let err = secs(bad).expect_err(bad);
+            assert!(
+                err.contains("like 30s, 5m or 1h") && !err.contains(" at "),
+                "{bad:?}: {err}"
+            );
         }
+        assert_eq!(
+            secs("99999999999999999999999999999s"),
+            Err("too long a duration".to_owned())
+        );
     }
 
     #[test]
@@ -308,6 +325,17 @@ mod tests {
             "/a\u{ffff}",
         ] {
             assert!(bad.parse::<LockPath>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn znode_paths_drop_one_trailing_slash() {
+        let parse = |s: &str| s.parse::<ZnodePath>().map(|p| p.as_str().to_owned());
+        assert_eq!(parse("/"), Ok("/".to_owned()));
+        assert_eq!(parse("/locks/"), Ok("/locks".to_owned()));
+        assert_eq!(parse("/locks/x"), Ok("/locks/x".to_owned()));
+        for bad in ["//", "/locks//", "locks/", "/a//b"] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
     }
 

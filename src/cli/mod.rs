@@ -8,10 +8,11 @@ use crate::exit::EXIT_CODE_HELP;
 use crate::values::{LockPath, ZnodePath};
 
 mod connection;
+pub mod reference;
 mod run;
 
 pub use connection::ConnectionArgs;
-use run::ENVIRONMENT_HELP;
+pub use run::ENVIRONMENT_HELP;
 pub use run::RunArgs;
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
 ///
@@ -33,7 +34,7 @@ pub enum Command {
     /// Examples:
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
-    ///   zklock run --once-per 20h -n -q /locks/nightly-backup -- ./backup.sh
+    ///   zklock run --once-per 20h -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
     Run(RunArgs),
 
@@ -105,7 +106,7 @@ pub enum Command {
 /// Every subcommand's name (a unit test keeps it complete).
 pub const SUBCOMMANDS: [&str; 6] = ["run", "status", "list", "break", "completions", "man"];
 
-const STATUS_EXIT_HELP: &str = "\
+pub const STATUS_EXIT_HELP: &str = "\
 Exit status:
   0   every PATH is free (no holder, no waiter)
   1   at least one PATH is held or has waiters
@@ -114,7 +115,7 @@ Exit status:
   64  usage error
   70  any other ZooKeeper or internal error";
 
-const LIST_EXIT_HELP: &str = "\
+pub const LIST_EXIT_HELP: &str = "\
 Exit status:
   0   listed (also when no lock was found)
   69  cannot reach the ensemble within --connect-timeout
@@ -122,7 +123,7 @@ Exit status:
   64  usage error
   70  any other ZooKeeper or internal error";
 
-const BREAK_EXIT_HELP: &str = "\
+pub const BREAK_EXIT_HELP: &str = "\
 Exit status:
   0   the node was deleted
   1   nothing deleted: the path is free, the node (or --record) does not
@@ -167,8 +168,8 @@ pub struct BreakArgs {
     #[arg(value_name = "PATH")]
     pub path: LockPath,
 
-    /// Delete this node of PATH (a name shown by `zklock status`) instead of
-    /// the current holder's.
+    /// Delete this node of PATH (a name shown by `zklock status`, or its
+    /// full path) instead of the current holder's.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
 

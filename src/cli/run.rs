@@ -13,7 +13,7 @@ use crate::lock::recipe::LockKind;
 use crate::report::Verbosity;
 use crate::values::{LockPath, Seconds};
 
-pub(super) const ENVIRONMENT_HELP: &str = "\
+pub const ENVIRONMENT_HELP: &str = "\
 Environment given to the command:
   ZKLOCK_PATH           the lock path as given
   ZKLOCK_NODE           our lock node's full path
@@ -162,6 +162,10 @@ impl RunArgs {
                     .filter(|s| !s.is_empty())
                     .unwrap_or_else(|| "/bin/sh".into());
                 Ok(vec![sh, "-c".into(), script.clone()])
+            }
+            // An empty name cannot be run: refuse it before taking the lock.
+            (None, false) if self.argv[0].is_empty() => {
+                Err("the command name is empty: add `-- CMD [ARGS]...` or `-c STRING`".into())
             }
             (None, false) => Ok(self.argv.clone()),
             (None, true) => Err("no command given: add `-- CMD [ARGS]...` or `-c STRING`".into()),

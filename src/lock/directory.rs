@@ -129,14 +129,16 @@ impl LockView {
 
 /// The view of a plain (exclusive or read/write) lock directory.
 pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
-    let mut contenders: Vec<(i32, Class, ChildNode)> = children
+    // Each contender with where its sequence suffix starts in its name.
+    let mut contenders: Vec<(usize, Class, ChildNode)> = children
         .into_iter()
         .filter_map(|node| {
             let contender = recipe::parse_contender(&node.name)?;
-            Some((contender.seq, contender.class, node))
+            let at = node.name.len() - contender.seq.len();
+            Some((at, contender.class, node))
         })
         .collect();
-    contenders.sort_by(|a, b| recipe::seq_order(a.0, b.0));
+    contenders.sort_by(|a, b| recipe::seq_order(&a.2.name[a.0..], &b.2.name[b.0..]));
     let classes: Vec<Class> = contenders.iter().map(|(_, class, _)| *class).collect();
     let mut holders = Vec::new();
     let mut waiting = Vec::new();
@@ -196,19 +198,18 @@ pub fn semaphore(limit: u32, leases: Vec<ChildNode>, gate: Vec<ChildNode>) -> Lo
 
 /// Children named `..<marker><seq>`, in sequence order.
 fn sorted(nodes: Vec<ChildNode>, marker: &str) -> Vec<ChildNode> {
-    let mut numbered: Vec<(i32, ChildNode)> = nodes
+    // Each node with where its sequence suffix starts in its name.
+    let mut numbered: Vec<(usize, ChildNode)> = nodes
         .into_iter()
-        .filter_map(|n| Some((sequence_after(&n.name, marker)?, n)))
+        .filter_map(|n| Some((sequence_start(&n.name, marker)?, n)))
         .collect();
-    numbered.sort_by(|a, b| recipe::seq_order(a.0, b.0));
+    numbered.sort_by(|a, b| recipe::seq_order(&a.1.name[a.0..], &b.1.name[b.0..]));
     numbered.into_iter().map(|(_, n)| n).collect()
 }
 
-fn sequence_after(name: &str, marker: &str) -> Option<i32> {
-    let at = name.rfind(marker)?;
-    let suffix = &name[at + marker.len()..];
-    let seq: i32 = suffix.parse().ok()?;
-    (format!("{seq:010}") == suffix).then_some(seq)
+fn sequence_start(name: &str, marker: &str) -> Option<usize> {
+    let at = name.rfind(marker)? + marker.len();
+    recipe::parse_sequence(&name[at..]).map(|_| at)
 }
 
 fn entry_kind(name: &str, class: Class) -> EntryKind {
@@ -293,6 +294,23 @@ mod tests {
         assert_eq!(view.waiting[0].client, Client::Curator);
         assert_eq!(view.waiting[0].since, 2000);
         assert_eq!(view.waiting[1].client, Client::Kazoo);
+    }
+
+    /// `status` and `list` show the holder Curator and kazoo agree on after
+    /// the counter wrapped: the suffixes in string order.
+    #[test]
+    fn queue_order_after_the_wrap() {
+        let view = plain_lock(vec![
+            node("_c_a-lock-2147483647", 1, 10, "{}"),
+            node("_c_b-lock--2147483648", 2, 20, "{}"),
+            node("_c_c-lock--2147483647", 3, 30, "{}"),
+        ]);
+        let names = |e: &[Entry]| e.iter().map(|e| e.node.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&view.holders), ["_c_c-lock--2147483647"]);
+        assert_eq!(
+            names(&view.waiting),
+            ["_c_b-lock--2147483648", "_c_a-lock-2147483647"]
+        );
     }
 
     #[test]

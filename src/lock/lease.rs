@@ -18,12 +18,13 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
 use crate::lock::acquire::NodeWatch;
+use crate::report::Report;
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
@@ -164,6 +165,10 @@ pub struct Reattach {
 ///
 /// A node without a watch from waiting is first read (and watched) once
 /// `unwatched_from` says go, or its sender is gone: see [`WatchFrom`].
+///
+/// With `-v` (`report`), says when the connection is lost, until when the
+/// lock is kept, and when the connection comes back.
+#[allow(clippy::too_many_arguments)]
 pub async fn lost(
     client: &zk::Client,
     nodes: &[String],
@@ -172,11 +177,16 @@ pub async fn lost(
     policy: LeasePolicy,
     reattach: &Reattach,
     owner: i64,
+    report: Report,
 ) -> LossReason {
     let mut states = client.state_watcher();
     let mut deadline = None;
+    // When the disconnection was noticed, for saying how long it lasted.
+    let mut lost_at = None;
     if states.peek_state() == zk::SessionState::Disconnected {
         deadline = Some(Instant::now() + policy.grace());
+        lost_at = Some(Instant::now());
+        say_lost(report, policy);
     }
     let mut node_check = Box::pin(any_node_lost(
         client,
@@ -197,6 +207,12 @@ pub async fn lost(
             reason = &mut node_check => return reason,
             state = states.changed() => match state {
                 zk::SessionState::SyncConnected => {
+                    if let Some(at) = lost_at.take() {
+                        report.info(format_args!(
+                            "connection to ZooKeeper restored after {}; still holding",
+                            fmt_tenths(at.elapsed())
+                        ));
+                    }
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
@@ -216,6 +232,8 @@ pub async fn lost(
                     if deadline.is_none() {
                         deadline = Some(Instant::now() + policy.grace());
                         next_probe = Instant::now() + probe_interval;
+                        lost_at = Some(Instant::now());
+                        say_lost(report, policy);
                     }
                 }
                 zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
@@ -237,6 +255,25 @@ pub async fn lost(
             }
         }
     }
+}
+
+/// The `-v` line for a disconnection while holding, with the lease
+/// deadline as a time of day (UTC: the same on every host's log) and from now.
+fn say_lost(report: Report, policy: LeasePolicy) {
+    let grace = policy.grace();
+    let until = humantime::format_rfc3339_seconds(SystemTime::now() + grace).to_string();
+    // `YYYY-MM-DDTHH:MM:SSZ`: the time of day is all a reader needs here.
+    let time = until.get(11..19).unwrap_or(&until);
+    report.info(format_args!(
+        "connection to ZooKeeper lost; the lock is kept until {time} UTC ({} from now) \
+         unless the connection comes back (--on-disconnect lease)",
+        fmt_tenths(grace)
+    ));
+}
+
+/// A duration to a tenth of a second, as `1.2s`.
+fn fmt_tenths(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
 }
 
 enum Probe {

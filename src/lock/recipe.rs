@@ -55,7 +55,8 @@ pub fn node_prefix(marker: &str, uuid: &str) -> String {
 pub struct Contender<'a> {
     pub name: &'a str,
     pub class: Class,
-    pub seq: i32,
+    /// The sequence suffix, as ZooKeeper wrote it.
+    pub seq: &'a str,
 }
 
 /// Parses a child name; `None` for names that are not lock nodes (they are
@@ -68,9 +69,10 @@ pub fn parse_contender(name: &str) -> Option<Contender<'_>> {
     })
 }
 
-/// ZooKeeper appends `%010d` of a signed 32-bit counter, which wraps to
-/// negative numbers after 2^31 creates under one parent.
-pub fn parse_sequence(suffix: &str) -> Option<i32> {
+/// `suffix` if it is a sequence number as ZooKeeper writes it: `%010d` of a
+/// signed 32-bit counter, which wraps to negative numbers (`-2147483648`)
+/// after 2^31 creates under one parent.
+pub fn parse_sequence(suffix: &str) -> Option<&str> {
     use std::io::Write;
     let seq: i32 = suffix.parse().ok()?;
     // Compared in a stack buffer: `zklock list` parses every node of a tree.
@@ -78,13 +80,16 @@ pub fn parse_sequence(suffix: &str) -> Option<i32> {
     let mut rest = &mut canonical[..];
     write!(rest, "{seq:010}").ok()?;
     let len = 12 - rest.len();
-    (&canonical[..len] == suffix.as_bytes()).then_some(seq)
+    (&canonical[..len] == suffix.as_bytes()).then_some(suffix)
 }
 
-/// Serial-number order of two sequence numbers, correct across the wrap at
-/// 2^31 as long as live nodes span less than half the number space.
-pub fn seq_order(a: i32, b: i32) -> Ordering {
-    a.wrapping_sub(b).cmp(&0)
+/// Queue order of two sequence suffixes: as strings, exactly as Curator
+/// (`LockInternals.getSortedChildren`) and kazoo (`_get_sorted_children`)
+/// order them, so that all clients agree on the holder even after the
+/// counter wraps (then `-` sorts before every digit, and the new negative
+/// numbers go first).
+pub fn seq_order(a: &str, b: &str) -> Ordering {
+    a.as_bytes().cmp(b.as_bytes())
 }
 
 /// Whether a preceding node of class `before` keeps a node of class `me` waiting.
@@ -212,37 +217,60 @@ mod tests {
     #[test]
     fn parses_every_contender_kind() {
         let parse = |n| parse_contender(n).map(|c| (c.class, c.seq));
-        assert_eq!(parse("_c_ab-lock-0000000042"), Some((Class::Writer, 42)));
-        assert_eq!(parse("_c_ab-__WRIT__0000000007"), Some((Class::Writer, 7)));
-        assert_eq!(parse("_c_ab-__READ__0000000008"), Some((Class::Reader, 8)));
-        assert_eq!(parse("0f3a__lock__0000000009"), Some((Class::Writer, 9)));
-        assert_eq!(parse("0f3a__rlock__0000000010"), Some((Class::Reader, 10)));
+        assert_eq!(
+            parse("_c_ab-lock-0000000042"),
+            Some((Class::Writer, "0000000042"))
+        );
+        assert_eq!(
+            parse("_c_ab-__WRIT__0000000007"),
+            Some((Class::Writer, "0000000007"))
+        );
+        assert_eq!(
+            parse("_c_ab-__READ__0000000008"),
+            Some((Class::Reader, "0000000008"))
+        );
+        assert_eq!(
+            parse("0f3a__lock__0000000009"),
+            Some((Class::Writer, "0000000009"))
+        );
+        assert_eq!(
+            parse("0f3a__rlock__0000000010"),
+            Some((Class::Reader, "0000000010"))
+        );
     }
 
     #[test]
     fn parses_wrapped_sequences() {
         let seq = |n| parse_contender(n).map(|c| c.seq);
-        assert_eq!(seq("_c_ab-lock--2147483648"), Some(i32::MIN));
-        assert_eq!(seq("_c_ab-lock--000000001"), Some(-1));
-        assert_eq!(seq("_c_ab-lock-2147483647"), Some(i32::MAX));
+        assert_eq!(seq("_c_ab-lock--2147483648"), Some("-2147483648"));
+        assert_eq!(seq("_c_ab-lock--000000001"), Some("-000000001"));
+        assert_eq!(seq("_c_ab-lock-2147483647"), Some("2147483647"));
         for junk in [
             "locks",
             "leases",
             "_c_ab-lock-",
             "_c_ab-lock-12",
             "_c_ab-lock-00000000001",
+            "_c_ab-lock--1",
             "x-lock-000000000a",
         ] {
             assert_eq!(seq(junk), None, "{junk}");
         }
     }
 
+    /// Sequence suffixes sorted as Curator and kazoo sort them (Java's
+    /// `String.compareTo`, Python's `sorted` of the suffix strings).
     #[test]
-    fn order_survives_the_wrap() {
-        assert_eq!(seq_order(1, 2), Ordering::Less);
-        assert_eq!(seq_order(i32::MAX, i32::MIN), Ordering::Less);
-        assert_eq!(seq_order(i32::MIN + 3, i32::MAX - 3), Ordering::Greater);
-        assert_eq!(seq_order(7, 7), Ordering::Equal);
+    fn order_is_the_suffix_strings_order() {
+        assert_eq!(seq_order("0000000001", "0000000002"), Ordering::Less);
+        assert_eq!(seq_order("0000000007", "0000000007"), Ordering::Equal);
+        // After the wrap the counter's negative values sort first...
+        assert_eq!(seq_order("-2147483648", "2147483647"), Ordering::Less);
+        assert_eq!(seq_order("-000000001", "0000000000"), Ordering::Less);
+        // ...and among themselves as strings, not as numbers.
+        assert_eq!(seq_order("-000000001", "-2147483648"), Ordering::Less);
+        assert_eq!(seq_order("-2147483647", "-2147483648"), Ordering::Less);
+        assert_eq!(seq_order("-100000000", "-1000000000"), Ordering::Less);
     }
 
     #[test]
@@ -277,21 +305,37 @@ mod tests {
         );
     }
 
+    /// After the wrap, the nodes with negative sequence numbers go first, in
+    /// string order (`-2147483647` before `-2147483648`), as they do for a
+    /// Curator or kazoo client reading the same children: were we to order
+    /// by the numbers' wrap-around, two clients would each believe they hold.
     #[test]
     fn queue_order_across_the_wrap() {
-        let children = names(&["_c_old-lock-2147483647", "_c_new-lock--2147483648"]);
+        let children = names(&[
+            "_c_old-lock-2147483647",
+            "_c_new-lock--2147483648",
+            "_c_newer-lock--2147483647",
+        ]);
         assert_eq!(
-            standing(&children, "_c_old-lock-2147483647"),
+            standing(&children, "_c_newer-lock--2147483647"),
             Standing::Held
         );
-        assert!(matches!(
+        assert_eq!(
             standing(&children, "_c_new-lock--2147483648"),
             Standing::Waiting {
-                predecessor: "_c_old-lock-2147483647",
+                predecessor: "_c_newer-lock--2147483647",
                 ahead: 1,
-                ..
+                first: "_c_newer-lock--2147483647"
             }
-        ));
+        );
+        assert_eq!(
+            standing(&children, "_c_old-lock-2147483647"),
+            Standing::Waiting {
+                predecessor: "_c_new-lock--2147483648",
+                ahead: 2,
+                first: "_c_newer-lock--2147483647"
+            }
+        );
     }
 
     #[test]

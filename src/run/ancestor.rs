@@ -120,7 +120,7 @@ fn held_as(path: &str, node: &str) -> Option<Held> {
     (leases == SEMAPHORE_LEASES && lease_sequence(name).is_some()).then_some(Held::Lease)
 }
 
-fn lease_sequence(name: &str) -> Option<i32> {
+fn lease_sequence(name: &str) -> Option<&str> {
     let at = name.rfind(LEASE)?;
     recipe::parse_sequence(&name[at + LEASE.len()..])
 }

@@ -183,6 +183,7 @@ async fn run_command(
         policy,
         &reattach,
         lock.owner,
+        plan.report,
     );
     // The answers matter to no one (correctness never depends on node
     // data); awaiting them only lets the library deliver them.

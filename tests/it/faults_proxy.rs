@@ -15,7 +15,8 @@ use crate::faults_util::{
     pid_running, start_order, wait_children, wait_pid_gone,
 };
 use crate::harness::{
-    FaultProxy, Inspector, LockLog, Mode, shared_server, signal, unique_path, wait_until,
+    FaultProxy, Holder, Inspector, LockLog, Mode, shared_server, signal, unique_path, wait_until,
+    zklock_run,
 };
 
 const T3: [&str; 4] = ["--session-timeout", "3s", "--kill-after", "0.5s"];
@@ -462,4 +463,54 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     assert_eq!(log.starts(), 1);
     assert_no_nodes_within(&zk, &path, Duration::ZERO);
     assert_no_watches(|w| server.four_letter(w), &path);
+}
+
+/// With `-v`, a holder says when its connection is lost (with the lease deadline)
+/// and when it is restored, for a partition and for a reset alike.
+#[test]
+fn verbose_says_when_the_connection_is_lost_and_restored() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("verbose-connection");
+    let log = LockLog::new();
+    let mut holder = Holder::start(
+        zklock_run(&proxy.connect_string(), &path)
+            .arg("-v")
+            .args(T4),
+        &log,
+    );
+    let said = |holder: &Holder, what: &str, times: usize| {
+        wait_until(LONG, &format!("{times} `{what}` lines"), || {
+            holder.stderr().matches(what).count() >= times
+        });
+    };
+    for (round, mode) in [Mode::Blackhole, Mode::Reset].into_iter().enumerate() {
+        proxy.set_mode(mode);
+        said(
+            &holder,
+            "connection to ZooKeeper lost; the lock is kept until ",
+            round + 1,
+        );
+        proxy.set_mode(Mode::Pass);
+        said(
+            &holder,
+            "connection to ZooKeeper restored after ",
+            round + 1,
+        );
+    }
+    let stderr = holder.stderr();
+    let lost = stderr
+        .lines()
+        .find(|l| l.contains("connection to ZooKeeper lost"))
+        .unwrap();
+    // `... kept until HH:MM:SS UTC (2.1s from now) unless ...`
+    let until = lost.split("kept until ").nth(1).unwrap();
+    assert!(
+        until.as_bytes()[2] == b':'
+            && until.as_bytes()[5] == b':'
+            && until[8..].starts_with(" UTC ("),
+        "{lost}"
+    );
+    assert!(stderr.contains("; still holding"), "{stderr}");
+    holder.finish();
 }

@@ -261,6 +261,18 @@ fn list_finds_every_lock_under_a_prefix() {
     assert_eq!(locks[1]["path"], format!("{prefix}/deep/b"));
     assert_eq!(locks[1]["kind"], "semaphore");
     assert_eq!(locks[1]["limit"], 3);
+    // A trailing slash names the same prefix.
+    let slashed = op(&connect, &["list", "--json", &format!("{prefix}/")]);
+    assert_eq!(slashed.status.code(), Some(0), "{slashed:?}");
+    let paths = |doc: &Value| -> Vec<Value> {
+        doc["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["path"].clone())
+            .collect()
+    };
+    assert_eq!(paths(&json(&slashed)), paths(&doc));
     let text = stdout(&op(&connect, &["list", &prefix]));
     assert_eq!(text.lines().count(), 2, "{text}");
     assert!(
@@ -311,6 +323,42 @@ fn break_deletes_the_holder_and_the_live_holder_stops_with_76() {
     assert_eq!(log.starts(), 2);
     let free = op(&connect, &["break", "--yes", &path]);
     assert_eq!(free.status.code(), Some(1), "{free:?}");
+}
+
+/// `--node` takes the full path zklock prints as well as the name, and
+/// deleting a zklock waiter's node says that it queues again, as it does.
+#[test]
+fn break_node_takes_a_full_path_and_says_a_waiter_queues_again() {
+    let connect = shared_server().connect_string();
+    let path = unique_path("break-waiter");
+    let zk = Inspector::connect(&connect);
+    let log = LockLog::new();
+    let mut holder = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let mut waiting = waiter(&connect, &path, &[]);
+    let queued = wait_for_contenders(&zk, &path, "-lock-", 2);
+    let node = queued
+        .into_iter()
+        .find(|n| *n != holder.node())
+        .expect("the waiter's node");
+
+    let elsewhere = format!("/elsewhere/{}", node.rsplit('/').next().unwrap());
+    let refused = op(&connect, &["break", "--yes", "--node", &elsewhere, &path]);
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+    assert!(zk.exists(&node));
+
+    let broken = op(&connect, &["break", "--yes", "--node", &node, &path]);
+    assert_eq!(broken.status.code(), Some(0), "{broken:?}");
+    assert_eq!(
+        stdout(&broken).trim(),
+        format!("deleted waiter node {node}; that zklock run queues again at the end of the queue")
+    );
+    assert!(!zk.exists(&node));
+    // It does: a new node, while the holder holds on.
+    let requeued = wait_for_contenders(&zk, &path, "-lock-", 2);
+    assert!(!requeued.contains(&node), "{requeued:?}");
+    holder.release();
+    let status = wait_for_exit(&mut waiting.0, LONG).expect("the waiter runs");
+    assert_eq!(status.code(), Some(0));
 }
 
 #[test]

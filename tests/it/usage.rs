@@ -43,6 +43,7 @@ fn usage_errors_exit_64_with_one_line_before_connecting() {
     let others = [
         ("missing command", args(&[&lock])),
         ("missing command after --", args(&[&lock, "--"])),
+        ("empty command name", args(&[&lock, "--", "", "x"])),
         (
             "-c and a command",
             args(&[&lock, "-c", "true", "--", "true"]),
@@ -118,4 +119,65 @@ fn usage_errors_exit_64_with_one_line_before_connecting() {
     }
     assert_no_nodes(&zk, &base);
     assert!(!zk.exists(&base), "{base} was created");
+}
+
+/// An argument that is not UTF-8 is a usage error like any other: one line
+/// and 64, not a panic, whether it stands for a subcommand, a path or an option.
+#[test]
+fn arguments_that_are_not_utf8_are_usage_errors() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"\xff");
+    let path = OsStr::from_bytes(b"/locks/\xff");
+    let cases: [Vec<&OsStr>; 4] = [
+        vec![bad],
+        vec!["run".as_ref(), path, "--".as_ref(), "true".as_ref()],
+        vec![
+            "run".as_ref(),
+            "-w".as_ref(),
+            bad,
+            "/x".as_ref(),
+            "--".as_ref(),
+            "true".as_ref(),
+        ],
+        vec!["status".as_ref(), path],
+    ];
+    for case in cases {
+        let mut cmd = zklock();
+        cmd.args(&case).env("ZKLOCK_ZOOKEEPER", "127.0.0.1:1");
+        let out = run_bounded(&mut cmd, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(64), "{case:?}: {out:?}");
+        out.one_error_line();
+    }
+}
+
+/// A bad duration says what to write, in one line, without the parser's
+/// own wording ("expected number at 0", "unknown time unit").
+#[test]
+fn duration_errors_say_what_to_write() {
+    for (option, value) in [
+        ("--timeout", "abc"),
+        ("--timeout", "soon"),
+        ("--session-timeout", "10 parsecs"),
+        ("--kill-after", "1e999"),
+        ("--connect-timeout", ""),
+    ] {
+        let mut cmd = zklock();
+        cmd.args(["run", option, value, "/x", "--", "true"]);
+        let out = run_bounded(&mut cmd, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(64), "{option} {value:?}: {out:?}");
+        let line = out.one_error_line();
+        assert!(
+            line.contains(option) && line.contains("like 30s, 5m or 1h"),
+            "{line}"
+        );
+        for internal in [
+            "expected number",
+            "unknown time unit",
+            "supported units",
+            "value was empty",
+        ] {
+            assert!(!line.contains(internal), "{line}");
+        }
+    }
 }

@@ -267,3 +267,57 @@ fn at_a_terminal_verbose_lines_go_above_the_status_line() {
     assert_eq!(holder.wait(LONG).code(), Some(0));
     assert_eq!(next.wait(LONG).code(), Some(0));
 }
+
+/// Ctrl-C at a narrow terminal: the status line never fills the width (the
+/// echoed `^C` stays on its line, where the erase finds it), and the line
+/// is erased after the echo.
+#[test]
+fn at_a_terminal_ctrl_c_is_echoed_on_the_status_line_and_erased_with_it() {
+    const COLS: usize = 40;
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let path = unique_path("visible-tty-ctrl-c");
+    let log = LockLog::new();
+    let mut holder = start_holder(&connect, &path, &log, &zk);
+
+    let mut pty = Pty::open();
+    pty.set_size(24, COLS as u16);
+    let mut cmd = zklock_run(&connect, &path);
+    cmd.args(["--", "true"]);
+    let mut zklock = pty.spawn(cmd);
+    pty.read_until("waiting 1s for ", LONG);
+    pty.write(b"\x03");
+    let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits on Ctrl-C");
+    let shown = pty.read_to_end(LONG);
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "{status}; terminal showed:\n{shown:?}"
+    );
+
+    // Every status line drawn, with the ^C echoed after it, stays on its
+    // terminal line: short of the last column, where the cursor would wrap.
+    for drawn in shown.split(CLEAR_LINE) {
+        let line: String = drawn
+            .chars()
+            .take_while(|&c| c != '\r' && c != '\n' && c != '\x1b')
+            .collect();
+        if line.contains("waiting ") {
+            assert!(
+                line.chars().count() < COLS,
+                "{} columns of {COLS}: {line:?}",
+                line.chars().count()
+            );
+        }
+    }
+    let echo = shown
+        .rfind("^C")
+        .unwrap_or_else(|| panic!("no ^C echoed: {shown:?}"));
+    assert!(
+        shown[echo..].contains(CLEAR_LINE),
+        "the line with ^C was not erased: {shown:?}"
+    );
+    holder.release();
+    assert_eq!(holder.wait(LONG).code(), Some(0));
+    assert_no_nodes(&zk, &path);
+}
