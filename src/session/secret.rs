@@ -8,6 +8,8 @@ use std::path::Path;
 
 /// The environment variable that may hold the password itself.
 pub const PASSWORD_ENV: &str = "ZKLOCK_PASSWORD";
+/// The environment variable of `--password-file`.
+pub const PASSWORD_FILE_ENV: &str = "ZKLOCK_PASSWORD_FILE";
 
 /// A password. Its `Debug` hides it and it has no `Display`, so neither a
 /// message nor `-v` output can show it by accident.

@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 use crate::session::acl::AclPolicy;
 use crate::session::config::{self, Ensemble, Loaded};
 use crate::session::connection_timeout_for;
-use crate::session::secret::{self, PASSWORD_ENV, Secret};
+use crate::session::secret::{self, PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
 use crate::session::tls_check::TlsPem;
 use crate::values::{HostList, Seconds, Target};
 
@@ -70,6 +70,10 @@ pub struct Settings {
     /// `addauth digest user:password`, sent on every connection.
     pub digest: Option<(String, Secret)>,
     pub acl: AclPolicy,
+    /// The `--password-file` the password was read from, made absolute: the
+    /// command gets it as `ZKLOCK_PASSWORD_FILE`, so that a nested zklock
+    /// finds the password as we did (see [`Settings::passed_on`]).
+    pub password_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -150,7 +154,8 @@ impl Settings {
             if let Some(file) = &given.password_file {
                 return secret::read_password_file(file);
             }
-            if let Some(value) = env(PASSWORD_ENV).filter(|v| !v.is_empty()) {
+            let from_env = env(PASSWORD_ENV);
+            if let Some(value) = from_env.clone().filter(|v| !v.is_empty()) {
                 return value
                     .into_string()
                     .map(Secret::new)
@@ -162,10 +167,17 @@ impl Settings {
             if let Some(secret) = loaded.map(|l| l.password(&ensemble)).transpose()?.flatten() {
                 return Ok(secret);
             }
-            Err(format!(
-                "no password given: use --password-file FILE, {PASSWORD_ENV}, or \
-                 password-file in the config file"
-            ))
+            // Never tell a user to set the variable they did set.
+            Err(match from_env {
+                Some(_) => format!(
+                    "{PASSWORD_ENV} is set but empty (and no --password-file or \
+                     password-file in the config file is given)"
+                ),
+                None => format!(
+                    "no password given: use --password-file FILE, {PASSWORD_ENV}, or \
+                     password-file in the config file"
+                ),
+            })
         };
         let sasl = if let Some(user) = sasl_user {
             Some(Sasl::DigestMd5 {
@@ -218,6 +230,12 @@ impl Settings {
                 acl.describe()
             ));
         }
+        let password_file = match &given.password_file {
+            Some(file) if sasl.is_some() || digest.is_some() => {
+                Some(std::path::absolute(file).unwrap_or_else(|_| file.clone()))
+            }
+            _ => None,
+        };
         Ok(Settings {
             hosts,
             session_timeout,
@@ -228,7 +246,20 @@ impl Settings {
             sasl,
             digest,
             acl,
+            password_file,
         })
+    }
+
+    /// What the command's environment needs so that a nested zklock (README
+    /// "Nested runs") authenticates as we did, without the password being
+    /// written anywhere new: the password file's name when `--password-file`
+    /// gave it. `ZKLOCK_PASSWORD` and the other `ZKLOCK_*` variables the user
+    /// set are inherited as they are; a config file is found again.
+    pub fn passed_on(&self) -> Vec<(&'static str, String)> {
+        self.password_file
+            .iter()
+            .filter_map(|file| Some((PASSWORD_FILE_ENV, file.to_str()?.to_owned())))
+            .collect()
     }
 
     /// A connector with every setting but the session to attach to.

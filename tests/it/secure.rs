@@ -200,10 +200,6 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
         cmd
     };
     let holder = Gated::start(digest_run());
-    assert!(
-        !holder.env().contains_key("ZKLOCK_PASSWORD"),
-        "the command got zklock's password"
-    );
     let bob = Inspector::connect_secure(&connect, &ClientSecurity::digest("bob", "bob-secret"));
     let nodes = bob.try_children(&path);
     assert!(
@@ -608,4 +604,74 @@ fn secure_tls_x509_acl_is_checked_against_our_subject() {
         "{}",
         out.stderr
     );
+}
+
+/// A script under `zklock run` that calls `zklock run` (re-entering) and
+/// `zklock status` on the same SASL-enforcing server: the nested zklocks
+/// find the password as the outer one did (`ZKLOCK_PASSWORD` inherited;
+/// `--password-file` passed on as `ZKLOCK_PASSWORD_FILE`), and nothing in
+/// their command lines carries it.
+#[test]
+fn secure_sasl_nested_runs_find_the_password() {
+    let scratch = TempDir::new();
+    let pw = scratch.path().join("pw");
+    std::fs::write(&pw, format!("{SASL_PASSWORD}\n")).unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let connect = sasl_server().connect_string();
+    // The nested calls name the server and the user, not the password.
+    let script = r#"set -e
+"$ZK" run -z "$CONNECT" --sasl-user "$USER_NAME" "$LOCK" -- sh -c 'echo nested-ran'
+"$ZK" status -z "$CONNECT" --sasl-user "$USER_NAME" "$LOCK" >/dev/null || test $? -eq 1
+echo status-ok"#;
+    for how in ["environment", "password file"] {
+        let path = unique_path("sasl-nested");
+        let mut cmd = crate::harness::zklock();
+        match how {
+            "environment" => {
+                cmd.env("ZKLOCK_ZOOKEEPER", &connect)
+                    .env("ZKLOCK_SASL_USER", SASL_USER)
+                    .env("ZKLOCK_PASSWORD", SASL_PASSWORD)
+                    .args(["run", &path]);
+            }
+            _ => {
+                cmd.current_dir(scratch.path()).args([
+                    "run",
+                    "-z",
+                    &connect,
+                    "--sasl-user",
+                    SASL_USER,
+                    "--password-file",
+                    "pw",
+                    &path,
+                ]);
+            }
+        }
+        cmd.env("ZK", env!("CARGO_BIN_EXE_zklock"))
+            .env("CONNECT", &connect)
+            .env("USER_NAME", SASL_USER)
+            .env("LOCK", &path)
+            // The script runs elsewhere: a relative --password-file still works.
+            .args(["--", "sh", "-c", &format!("cd / && {script}")]);
+        let out = run_bounded(&mut cmd, LONG);
+        assert_eq!(out.code(), 0, "{how}: {}", out.stderr);
+        assert!(
+            out.stdout.contains("nested-ran") && out.stdout.contains("status-ok"),
+            "{how}: {}{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+}
+
+/// A `ZKLOCK_PASSWORD` that is set but empty is named as such, not as a
+/// variable to set.
+#[test]
+fn secure_empty_password_variable_is_named() {
+    let mut cmd = zklock_run("127.0.0.1:1", "/it/x");
+    cmd.args(["--sasl-user", "u"]).env("ZKLOCK_PASSWORD", "");
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    let line = out.one_error_line();
+    assert!(line.contains("ZKLOCK_PASSWORD is set but empty"), "{line}");
+    assert!(!line.contains("use --password-file"), "{line}");
 }
