@@ -139,8 +139,11 @@ impl Settings {
             pick(&given.tls_key, &ensemble.tls_key),
         )?;
 
-        let sasl_user = given.sasl_user.clone().or(ensemble.sasl_user.clone());
-        let digest_user = given.digest_user.clone().or(ensemble.digest_user.clone());
+        // An empty value (`ZKLOCK_SASL_USER=` in a script) means unset, as
+        // for the shell's own variables.
+        let named = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+        let sasl_user = named(&given.sasl_user).or(named(&ensemble.sasl_user));
+        let digest_user = named(&given.digest_user).or(named(&ensemble.digest_user));
         let kerberos = given.kerberos || ensemble.kerberos.unwrap_or(false);
         if sasl_user.is_some() && kerberos {
             return Err(
@@ -191,15 +194,10 @@ impl Settings {
                     .into());
             }
             Some(Sasl::Gssapi {
-                service: given
-                    .kerberos_service
-                    .clone()
-                    .or(ensemble.kerberos_service.clone())
+                service: named(&given.kerberos_service)
+                    .or(named(&ensemble.kerberos_service))
                     .unwrap_or_else(|| DEFAULT_KERBEROS_SERVICE.to_owned()),
-                host: given
-                    .kerberos_host
-                    .clone()
-                    .or(ensemble.kerberos_host.clone()),
+                host: named(&given.kerberos_host).or(named(&ensemble.kerberos_host)),
             })
         } else {
             None
@@ -519,6 +517,18 @@ mod tests {
         // Credentials make the default ACL creator + world read.
         assert_eq!(s.acl.describe(), "creator,world:anyone:r");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn empty_user_names_are_unset() {
+        let given = Given {
+            sasl_user: Some(String::new()),
+            digest_user: Some(String::new()),
+            ..Given::default()
+        };
+        let s = Settings::resolve_with(&given, None, &no_env).unwrap();
+        assert!(s.sasl.is_none() && s.digest.is_none());
+        assert_eq!(s.credentials(), "no credentials");
     }
 
     #[test]

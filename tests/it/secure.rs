@@ -675,3 +675,17 @@ fn secure_empty_password_variable_is_named() {
     assert!(line.contains("ZKLOCK_PASSWORD is set but empty"), "{line}");
     assert!(!line.contains("use --password-file"), "{line}");
 }
+
+/// `ZKLOCK_SASL_USER=` (empty, as a script clearing it writes) is unset:
+/// the run goes ahead without credentials.
+#[test]
+fn secure_empty_user_variables_are_unset() {
+    for variable in ["ZKLOCK_SASL_USER", "ZKLOCK_DIGEST_USER"] {
+        let mut cmd = zklock_run(
+            &shared_server().connect_string(),
+            &unique_path("empty-user"),
+        );
+        cmd.env(variable, "");
+        finish(&mut cmd).assert_code(0);
+    }
+}
