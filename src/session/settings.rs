@@ -89,6 +89,9 @@ impl Settings {
         loaded: Option<&Loaded>,
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Settings, String> {
+        if let Some(loaded) = loaded {
+            loaded.check_passwords()?;
+        }
         let target = match (&given.target, loaded.and_then(|l| l.file.default.as_ref())) {
             (Some(target), _) => target.clone(),
             (None, Some(name)) => Target::Named(name.clone()),
@@ -167,7 +170,7 @@ impl Settings {
             if let Some(file) = &ensemble.password_file {
                 return secret::read_password_file(file);
             }
-            if let Some(secret) = loaded.map(|l| l.password(&ensemble)).transpose()?.flatten() {
+            if let Some(secret) = loaded.and_then(|l| l.password(&ensemble)) {
                 return Ok(secret);
             }
             // Never tell a user to set the variable they did set.
@@ -440,6 +443,7 @@ mod tests {
         let dir = temp_dir("precedence");
         let pw = dir.join("pw");
         std::fs::write(&pw, "from-file\n").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
         let text = format!(
             "default = \"prod\"\n[ensembles.prod]\nhosts = \"zk1:2281/apps\"\n\
              session-timeout = \"20s\"\nsasl-user = \"backup\"\npassword-file = \"{}\"\n\
@@ -511,6 +515,18 @@ mod tests {
         let err = Settings::resolve_with(&given, Some(&file), &no_env).unwrap_err();
         assert!(err.contains("accessible by group or others"), "{err}");
         assert!(!err.contains("pw\""), "{err}");
+        // Whichever ensemble is used, hosts given directly included.
+        let text = format!("{text}[ensembles.q]\nhosts = \"h2\"\n");
+        std::fs::write(&path, &text).unwrap();
+        let both = loaded(&text, &path);
+        for target in ["@q", "h3:2181"] {
+            let given = Given {
+                target: Some(target.parse().unwrap()),
+                ..Given::default()
+            };
+            let err = Settings::resolve_with(&given, Some(&both), &no_env).unwrap_err();
+            assert!(err.contains("chmod 600"), "{target}: {err}");
+        }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let s = Settings::resolve_with(&given, Some(&file), &no_env).unwrap();
         assert_eq!(s.digest.as_ref().unwrap().1.expose(), "pw");

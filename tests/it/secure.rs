@@ -689,3 +689,61 @@ fn secure_empty_user_variables_are_unset() {
         finish(&mut cmd).assert_code(0);
     }
 }
+
+/// A config file that others can read and that holds a `password` in any
+/// ensemble is refused, whichever ensemble is used.
+#[test]
+fn secure_open_config_with_a_password_is_refused_for_every_ensemble() {
+    let scratch = TempDir::new();
+    let file = write_config(
+        scratch.path(),
+        "[ensembles.other]\nhosts = \"127.0.0.1:1\"\ndigest-user = \"alice\"\n\
+         password = \"alice-secret\"\n",
+        0o644,
+    );
+    for target in ["@it".to_owned(), shared_server().connect_string()] {
+        let mut cmd = zklock_run(&target, &unique_path("open-config"));
+        cmd.arg("--config").arg(&file);
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(
+            line.contains("chmod 600") && line.contains(&*file.to_string_lossy()),
+            "{target}: {line}"
+        );
+        assert!(!line.contains("alice-secret"), "{line}");
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = zklock_run("@it", &unique_path("open-config"));
+    cmd.arg("--config").arg(&file);
+    finish(&mut cmd).assert_code(0);
+}
+
+/// A `--password-file` that group or others may read is refused as ssh
+/// refuses such a key: 64, one line naming the file and the fix.
+#[test]
+fn secure_open_password_file_is_refused() {
+    let scratch = TempDir::new();
+    let pw = scratch.path().join("pw");
+    std::fs::write(&pw, format!("{SASL_PASSWORD}\n")).unwrap();
+    for mode in [0o644, 0o640, 0o604] {
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut cmd = zklock_run(&sasl_server().connect_string(), &unique_path("open-pw"));
+        cmd.args(["--sasl-user", SASL_USER])
+            .arg("--password-file")
+            .arg(&pw);
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(
+            line.contains(&*pw.to_string_lossy()) && line.contains("chmod 600"),
+            "{mode:o}: {line}"
+        );
+    }
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = zklock_run(&sasl_server().connect_string(), &unique_path("open-pw"));
+    cmd.args(["--sasl-user", SASL_USER])
+        .arg("--password-file")
+        .arg(&pw);
+    finish(&mut cmd).assert_code(0);
+}
