@@ -747,3 +747,31 @@ fn secure_open_password_file_is_refused() {
         .arg(&pw);
     finish(&mut cmd).assert_code(0);
 }
+
+/// An `--acl` that denies our own identity WRITE is refused before anything
+/// is created: the acquisition's write and the `--once-per` record need it.
+#[test]
+fn secure_acl_without_write_for_us_exits_64() {
+    let path = unique_path("acl-no-write");
+    for once in [false, true] {
+        let mut cmd = sasl_run(&path, SASL_PASSWORD);
+        cmd.args([
+            "--acl",
+            &format!("sasl:{SASL_USER}:cdr"),
+            "--acl",
+            "world:anyone:r",
+        ]);
+        if once {
+            cmd.args(["--once-per", "1h"]);
+        }
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(line.contains("denies WRITE"), "{line}");
+    }
+    let zk = Inspector::connect_secure(
+        &sasl_server().connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    assert!(zk.get_data(&path).is_none(), "{path} was created");
+}
