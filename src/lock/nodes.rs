@@ -44,14 +44,23 @@ pub async fn create_node(
     let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
     let requested = format!("{dir}/{prefix}");
+    // Our ACL keeps others from deleting our node only if the directory's
+    // does too (ZooKeeper checks DELETE on the parent). Its ACL is asked for
+    // with the create, in the same round trip.
+    let guarded = !anyone_may_delete(acls);
     let mut losses = Losses::default();
     loop {
+        let dir_acl = guarded.then(|| client.get_acl(dir));
         match client.create(&requested, data, &options).await {
             Ok((stat, seq)) => {
-                return Ok(Node {
+                let node = Node {
                     path: format!("{requested}{seq}"),
                     czxid: stat.czxid,
-                });
+                };
+                if let Some(dir_acl) = dir_acl {
+                    refuse_open_dir(client, dir, dir_acl.await, &node).await?;
+                }
+                return Ok(node);
             }
             // The directory is missing, or a container was reaped under us.
             Err(zk::Error::NoNode) => create_ancestors(client, dir, acls).await?,
@@ -60,6 +69,9 @@ pub async fn create_node(
                     .lost()
                     .with_context(|| format!("creating a lock node under {dir}"))?;
                 if let Some(node) = find_own_node(client, dir, &prefix).await? {
+                    if guarded {
+                        refuse_open_dir(client, dir, Err(zk::Error::ConnectionLoss), &node).await?;
+                    }
                     return Ok(node);
                 }
             }
@@ -69,6 +81,57 @@ pub async fn create_node(
             }
         }
     }
+}
+
+/// Whether `acls` lets anyone delete (world:anyone has DELETE): then the
+/// ACL of the directory does not matter either.
+pub fn anyone_may_delete(acls: &[zk::Acl]) -> bool {
+    acls.iter().any(|acl| {
+        acl.scheme() == "world"
+            && acl.id() == "anyone"
+            && acl.permission().has(zk::Permission::DELETE)
+    })
+}
+
+/// Why the directory `dir` with this ACL does not protect its lock nodes,
+/// with how to fix it; None if it does.
+pub fn open_dir_problem(dir: &str, dir_acl: &[zk::Acl]) -> Option<String> {
+    anyone_may_delete(dir_acl).then(|| {
+        format!(
+            "anyone may delete the lock nodes in {dir}: its ACL grants DELETE to \
+             world:anyone, so no holder is safe; give it an ACL that grants DELETE only to \
+             the identities taking the lock (zkCli: setAcl {dir} SCHEME:ID:cdrwa,world:anyone:r), \
+             or use it as it is with --acl open"
+        )
+    })
+}
+
+/// Refuses (usage error) a directory whose ACL lets anyone delete `node`,
+/// after deleting `node`. `dir_acl` is the answer to the request sent with
+/// the create; asked again if that did not tell.
+async fn refuse_open_dir(
+    client: &zk::Client,
+    dir: &str,
+    dir_acl: Result<(Vec<zk::Acl>, zk::Stat), zk::Error>,
+    node: &Node,
+) -> Result<()> {
+    let dir_acl = match dir_acl {
+        // Asked before the directory was created, or the answer was lost.
+        Err(err) if err == zk::Error::NoNode || is_connection_loss(&err) => {
+            retrying(|| client.get_acl(dir)).await
+        }
+        other => other,
+    };
+    // Without READ (or ADMIN) on the directory the listing fails next and
+    // says so.
+    let Ok((dir_acl, _)) = dir_acl else {
+        return Ok(());
+    };
+    let Some(problem) = open_dir_problem(dir, &dir_acl) else {
+        return Ok(());
+    };
+    let _ = retrying(|| client.delete(&node.path, None)).await;
+    Err(Failure::usage(problem))
 }
 
 /// After a create's outcome was lost: sync so our read sees every write the

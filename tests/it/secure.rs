@@ -775,3 +775,85 @@ fn secure_acl_without_write_for_us_exits_64() {
     );
     assert!(zk.get_data(&path).is_none(), "{path} was created");
 }
+
+/// ZooKeeper checks DELETE on the parent: a lock directory pre-created with
+/// an open ACL lets anyone delete a credentialed holder's node. A run with
+/// credentials refuses such a path (64, one line saying how to fix it)
+/// and leaves nothing behind, unless given `--acl open`; `status` warns.
+#[test]
+fn secure_open_lock_directory_is_refused_with_credentials() {
+    use zookeeper_client as zk;
+    let connect = shared_server().connect_string();
+    let dir = unique_path("open-dir");
+    let anyone = Inspector::connect(&connect);
+    anyone.create_all(&dir);
+    let alice = |cmd: &mut Command| {
+        cmd.args(["--digest-user", "alice"])
+            .env("ZKLOCK_PASSWORD", "alice-secret");
+    };
+    let mut cmd = zklock_run(&connect, &dir);
+    alice(&mut cmd);
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    let line = out.one_error_line();
+    assert!(
+        line.contains(&format!("anyone may delete the lock nodes in {dir}"))
+            && line.contains("setAcl")
+            && line.contains("--acl open"),
+        "{line}"
+    );
+    assert!(
+        anyone.children(&dir).is_empty(),
+        "{:?}",
+        anyone.children(&dir)
+    );
+
+    let status = |json: bool| {
+        let mut cmd = crate::harness::zklock();
+        cmd.args(["status", "-z", &connect, &dir]);
+        if json {
+            cmd.arg("--json");
+        }
+        alice(&mut cmd);
+        run_bounded(&mut cmd, LONG)
+    };
+    let out = status(false);
+    out.assert_code(0);
+    assert!(
+        out.stdout
+            .contains("warning: anyone may delete the lock nodes"),
+        "{}",
+        out.stdout
+    );
+    let out = status(true);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        doc["locks"][0]["unprotected"]
+            .as_str()
+            .is_some_and(|s| s.contains("anyone may delete")),
+        "{}",
+        out.stdout
+    );
+
+    // Asked for: the path is used as it is.
+    let mut cmd = zklock_run(&connect, &dir);
+    alice(&mut cmd);
+    cmd.args(["--acl", "open"]);
+    finish(&mut cmd).assert_code(0);
+
+    // Fixed as the message says: alice alone may delete, anyone may read.
+    let owner =
+        Inspector::connect_secure(&connect, &ClientSecurity::digest("alice", "alice-secret"));
+    let acls = [
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("auth", "")),
+        zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+    ];
+    owner
+        .run(owner.client().set_acl(&dir, &acls, None))
+        .expect("setAcl");
+    let mut cmd = zklock_run(&connect, &dir);
+    alice(&mut cmd);
+    finish(&mut cmd).assert_code(0);
+    let out = status(false);
+    assert!(!out.stdout.contains("warning"), "{}", out.stdout);
+}
