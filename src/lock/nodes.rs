@@ -1,5 +1,5 @@
 //! Our nodes in ZooKeeper: creating them (create2 for the czxid, missing
-//! ancestors as containers, a create whose reply was lost recovered by
+//! ancestors as containers under an open ACL, a create whose reply was lost recovered by
 //! uuid and owner), and what their errors mean to the user.
 
 use anyhow::{Context, Result, bail};
@@ -83,6 +83,14 @@ pub async fn create_node(
     }
 }
 
+/// Whether `acls` gives everyone every permission (`--acl open`, the
+/// default without credentials).
+fn is_open(acls: &[zk::Acl]) -> bool {
+    acls.iter().any(|acl| {
+        acl.scheme() == "world" && acl.id() == "anyone" && acl.permission() == zk::Permission::ALL
+    })
+}
+
 /// Whether `acls` lets anyone delete (world:anyone has DELETE): then the
 /// ACL of the directory does not matter either.
 pub fn anyone_may_delete(acls: &[zk::Acl]) -> bool {
@@ -161,22 +169,30 @@ async fn find_own_node(client: &zk::Client, dir: &str, prefix: &str) -> Result<O
     Ok(None)
 }
 
-/// Creates a directory node as a container (the server deletes it once it
-/// is empty again), or as a persistent node on servers without containers.
+/// Creates a directory node: with an open ACL as a container (the server
+/// deletes it once it is empty again), or as a persistent node on servers
+/// without containers. With any other ACL, as a persistent node: a container
+/// reaped and created again would take the ACL of whichever identity came
+/// next (with `creator`, shutting the others out), and would drop an ACL an
+/// operator set on it; the set-up for several identities (README "ACLs")
+/// must hold every time.
 pub async fn create_dir(
     client: &zk::Client,
     path: &str,
     data: &[u8],
     acls: &[zk::Acl],
 ) -> Result<(), zk::Error> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+    if !is_open(acls) {
+        return retrying(|| client.create(path, data, &persistent))
+            .await
+            .map(drop);
+    }
     let container = zk::CreateMode::Container.with_acls(zk::Acls::new(acls));
     match retrying(|| client.create(path, data, &container)).await {
-        Err(zk::Error::Unimplemented) => {
-            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
-            retrying(|| client.create(path, data, &persistent))
-                .await
-                .map(drop)
-        }
+        Err(zk::Error::Unimplemented) => retrying(|| client.create(path, data, &persistent))
+            .await
+            .map(drop),
         result => result.map(drop),
     }
 }

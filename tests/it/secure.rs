@@ -857,3 +857,49 @@ fn secure_open_lock_directory_is_refused_with_credentials() {
     let out = status(false);
     assert!(!out.stdout.contains("warning"), "{}", out.stdout);
 }
+
+/// Two TLS identities taking turns on one lock, set up as the README says
+/// (each lists both in `--acl`), on a server that reaps empty containers
+/// within 100 ms: every run works, and the parents zklock created stay, as
+/// persistent nodes with the ACL given (containers created again by whoever
+/// came next would take that one's ACL).
+#[test]
+fn secure_two_tls_identities_alternate_on_one_lock() {
+    use crate::harness::OTHER_CLIENT_DN;
+    let server = ZkServer::start_with(ServerOptions {
+        security: Security::tls(),
+        container_check_interval: Some(Duration::from_millis(100)),
+        ..ServerOptions::default()
+    });
+    let pki = pki();
+    let connect = server.connect_string();
+    let zk = Inspector::connect_secure(&connect, &ClientSecurity::tls());
+    let path = "/locks/team/ci";
+    for turn in 0..20 {
+        let identity = if turn % 2 == 0 {
+            &pki.client
+        } else {
+            &pki.other_client
+        };
+        let mut cmd = zklock_run(&connect, path);
+        cmd.arg("--tls-ca").arg(&pki.ca);
+        cmd.arg("--tls-cert").arg(&identity.cert);
+        cmd.arg("--tls-key").arg(&identity.key);
+        for dn in [crate::harness::CLIENT_DN, OTHER_CLIENT_DN] {
+            cmd.arg("--acl").arg(format!("x509:{dn}:cdrwa"));
+        }
+        cmd.args(["--acl", "world:anyone:r"]);
+        let out = finish(&mut cmd);
+        assert_eq!(out.code(), 0, "turn {turn}: {}", out.stderr);
+        for dir in ["/locks", "/locks/team", path] {
+            let stat = zk
+                .stat(dir)
+                .unwrap_or_else(|| panic!("turn {turn}: {dir} is gone"));
+            assert_eq!(
+                stat.ephemeral_owner, 0,
+                "turn {turn}: {dir} is not persistent"
+            );
+        }
+    }
+    assert_no_nodes(&zk, path);
+}
