@@ -262,3 +262,38 @@ pub fn parent(path: &str) -> &str {
         Some((parent, _)) => parent,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acl(scheme: &str, id: &str, perms: zk::Permission) -> zk::Acl {
+        zk::Acl::new(perms, zk::AuthId::new(scheme, id))
+    }
+
+    #[test]
+    fn open_acls_and_directories_anyone_may_delete_from() {
+        let open = [acl("world", "anyone", zk::Permission::ALL)];
+        let creator = [
+            acl("auth", "", zk::Permission::ALL),
+            acl("world", "anyone", zk::Permission::READ),
+        ];
+        let deletable = [
+            acl("sasl", "backup", zk::Permission::ALL),
+            acl(
+                "world",
+                "anyone",
+                zk::Permission::READ | zk::Permission::DELETE,
+            ),
+        ];
+        assert!(is_open(&open) && !is_open(&creator) && !is_open(&deletable));
+        assert!(anyone_may_delete(&open) && anyone_may_delete(&deletable));
+        assert!(!anyone_may_delete(&creator));
+        let problem = open_dir_problem("/locks/x", &deletable).unwrap();
+        assert!(
+            problem.contains("setAcl /locks/x") && problem.contains("--acl open"),
+            "{problem}"
+        );
+        assert_eq!(open_dir_problem("/locks/x", &creator), None);
+    }
+}
