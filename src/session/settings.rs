@@ -20,6 +20,8 @@ use crate::values::{HostList, Seconds, Target};
 pub const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_KERBEROS_SERVICE: &str = "zookeeper";
+/// The environment variable of `--config`.
+const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
 
 /// What the command line and its environment variables gave.
 #[derive(Debug, Clone, Default)]
@@ -74,6 +76,9 @@ pub struct Settings {
     /// command gets it as `ZKLOCK_PASSWORD_FILE`, so that a nested zklock
     /// finds the password as we did (see [`Settings::passed_on`]).
     pub password_file: Option<PathBuf>,
+    /// The config file named by `--config`, made absolute, passed on as
+    /// `ZKLOCK_CONFIG` for the same reason.
+    pub config_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -237,6 +242,9 @@ impl Settings {
             }
             _ => None,
         };
+        let config_file = loaded
+            .filter(|_| given.config.is_some())
+            .map(|l| std::path::absolute(&l.path).unwrap_or_else(|_| l.path.clone()));
         Ok(Settings {
             hosts,
             session_timeout,
@@ -248,19 +256,24 @@ impl Settings {
             digest,
             acl,
             password_file,
+            config_file,
         })
     }
 
     /// What the command's environment needs so that a nested zklock (README
     /// "Nested runs") authenticates as we did, without the password being
     /// written anywhere new: the password file's name when `--password-file`
-    /// gave it. `ZKLOCK_PASSWORD` and the other `ZKLOCK_*` variables the user
-    /// set are inherited as they are; a config file is found again.
+    /// gave it, the config file's when `--config` did. `ZKLOCK_PASSWORD` and
+    /// the other `ZKLOCK_*` variables the user set are inherited as they are;
+    /// a config file at its usual place is found again.
     pub fn passed_on(&self) -> Vec<(&'static str, String)> {
-        self.password_file
-            .iter()
-            .filter_map(|file| Some((PASSWORD_FILE_ENV, file.to_str()?.to_owned())))
-            .collect()
+        [
+            (PASSWORD_FILE_ENV, &self.password_file),
+            (CONFIG_ENV, &self.config_file),
+        ]
+        .into_iter()
+        .filter_map(|(name, file)| Some((name, file.as_ref()?.to_str()?.to_owned())))
+        .collect()
     }
 
     /// A connector with every setting but the session to attach to.

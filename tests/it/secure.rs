@@ -618,12 +618,23 @@ fn secure_sasl_nested_runs_find_the_password() {
     std::fs::write(&pw, format!("{SASL_PASSWORD}\n")).unwrap();
     std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
     let connect = sasl_server().connect_string();
-    // The nested calls name the server and the user, not the password.
+    // The nested calls name the server and the user (or nothing, with the
+    // config file), never the password.
     let script = r#"set -e
-"$ZK" run -z "$CONNECT" --sasl-user "$USER_NAME" "$LOCK" -- sh -c 'echo nested-ran'
-"$ZK" status -z "$CONNECT" --sasl-user "$USER_NAME" "$LOCK" >/dev/null || test $? -eq 1
+"$ZK" run $FLAGS "$LOCK" -- sh -c 'echo nested-ran'
+"$ZK" status $FLAGS "$LOCK" >/dev/null || test $? -eq 1
 echo status-ok"#;
-    for how in ["environment", "password file"] {
+    let config = scratch.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "default = \"s\"\n[ensembles.s]\nhosts = \"{connect}\"\n\
+             sasl-user = \"{SASL_USER}\"\npassword = \"{SASL_PASSWORD}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for how in ["environment", "password file", "config file"] {
         let path = unique_path("sasl-nested");
         let mut cmd = crate::harness::zklock();
         match how {
@@ -633,7 +644,7 @@ echo status-ok"#;
                     .env("ZKLOCK_PASSWORD", SASL_PASSWORD)
                     .args(["run", &path]);
             }
-            _ => {
+            "password file" => {
                 cmd.current_dir(scratch.path()).args([
                     "run",
                     "-z",
@@ -645,10 +656,18 @@ echo status-ok"#;
                     &path,
                 ]);
             }
+            _ => {
+                cmd.current_dir(scratch.path())
+                    .args(["run", "--config", "config.toml", &path]);
+            }
         }
+        // The config file's default ensemble, or the server and the user.
+        let flags = match how {
+            "config file" => String::new(),
+            _ => format!("-z {connect} --sasl-user {SASL_USER}"),
+        };
         cmd.env("ZK", env!("CARGO_BIN_EXE_zklock"))
-            .env("CONNECT", &connect)
-            .env("USER_NAME", SASL_USER)
+            .env("FLAGS", flags)
             .env("LOCK", &path)
             // The script runs elsewhere: a relative --password-file still works.
             .args(["--", "sh", "-c", &format!("cd / && {script}")]);
