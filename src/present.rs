@@ -28,6 +28,10 @@ pub struct LockJson {
     pub last_run: Option<RunRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_success: Option<RunRecord>,
+    /// Why anyone may delete the lock's nodes (`zklock status` with an ACL
+    /// that does not let anyone delete, as `run` refuses such a path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unprotected: Option<String>,
 }
 
 /// A holder or waiter.
@@ -87,6 +91,7 @@ pub fn lock_json(path: &str, view: &LockView, now: SystemTime) -> LockJson {
         waiting: entries(&view.waiting, false, view.holders.len() + 1),
         last_run: None,
         last_success: None,
+        unprotected: None,
     }
 }
 
@@ -160,6 +165,9 @@ pub fn lock_text(json: &LockJson) -> String {
         if let Some(run) = run {
             out.push_str(&format!("  {what}: {}\n", run_text(run)));
         }
+    }
+    if let Some(problem) = &json.unprotected {
+        out.push_str(&format!("  warning: {}\n", escape_controls(problem)));
     }
     out
 }

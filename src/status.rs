@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
-use crate::lock::{inspect, record_store};
+use crate::lock::directory::PathKind;
+use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::lock::{inspect, nodes, record_store};
 use crate::present::{self, LockJson};
 use crate::report::print_stdout;
 use crate::session::{self, Session};
@@ -19,11 +21,17 @@ struct StatusJson {
 
 pub fn status(args: StatusArgs) -> Result<Exit> {
     session::block_on(async {
-        let session = Session::connect(&args.connection.settings()?).await?;
+        let settings = args.connection.settings()?;
+        // As `run` does, only when our ACL keeps others from deleting.
+        let guarded = !nodes::anyone_may_delete(&settings.acl.to_zk());
+        let session = Session::connect(&settings).await?;
         let mut locks = Vec::new();
         let mut any_taken = false;
         for path in &args.paths {
-            let view = inspect::read_lock(session.client(), path.as_str()).await;
+            let (view, open) = tokio::join!(
+                inspect::read_lock(session.client(), path.as_str()),
+                open_dirs(session.client(), path.as_str(), guarded),
+            );
             let record = record_store::read(session.client(), path.as_str()).await;
             let (view, record) = match (view, record) {
                 (Ok(view), Ok(record)) => (view, record),
@@ -34,6 +42,12 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
             };
             any_taken |= !view.is_free();
             let mut json = present::lock_json(path.as_str(), &view, SystemTime::now());
+            // A plain lock's nodes are in PATH, a semaphore's in its leases and gate.
+            let semaphore = matches!(view.kind, PathKind::Semaphore { .. });
+            json.unprotected = open
+                .into_iter()
+                .find(|(dir, _)| (dir == path.as_str()) != semaphore)
+                .map(|(_, problem)| problem);
             if let Some((record, _)) = record {
                 json.last_run = record.last_run;
                 json.last_success = record.last_success;
@@ -53,4 +67,33 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
             Exit::Command(0)
         })
     })
+}
+
+/// The directories that may hold `path`'s nodes (the path, a semaphore's
+/// leases and gate) whose ACL lets anyone delete them, with why; their ACLs
+/// are asked for all at once, alongside the lock's own reads. Nothing when
+/// not `guarded` or not readable.
+async fn open_dirs(
+    client: &zookeeper_client::Client,
+    path: &str,
+    guarded: bool,
+) -> Vec<(String, String)> {
+    if !guarded {
+        return Vec::new();
+    }
+    let dirs = [
+        path.to_owned(),
+        format!("{path}/{SEMAPHORE_LEASES}"),
+        format!("{path}/{SEMAPHORE_GATE}"),
+    ];
+    let asked: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
+    let mut open = Vec::new();
+    for (dir, answer) in dirs.iter().zip(asked) {
+        if let Ok((acl, _)) = answer.await {
+            if let Some(problem) = nodes::open_dir_problem(dir, &acl) {
+                open.push((dir.clone(), problem));
+            }
+        }
+    }
+    open
 }

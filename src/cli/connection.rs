@@ -134,7 +134,7 @@ pub struct ConnectionArgs {
     /// repeat it for several entries (ZKLOCK_ACL separates them with `;`).
     /// `creator` = all permissions for the identities we authenticate as,
     /// `open` = all permissions for everyone. Our own identity needs READ,
-    /// CREATE and DELETE. [default: `creator` plus `world:anyone:r` with
+    /// CREATE, DELETE and WRITE. [default: `creator` plus `world:anyone:r` with
     /// credentials, else `open`]
     #[arg(
         long,

@@ -62,6 +62,9 @@ LOCK:
   waiting        ENTRY list, in queue order
   last_run       the --once-per run record's last run (RUN), if any
   last_success   the record's last successful run (RUN), if any
+  unprotected    why anyone may delete the lock's nodes (its directory's
+                 ACL grants DELETE to world:anyone while the ACL in force
+                 does not), if so
 
 ENTRY:
   node           the node's name (under PATH; a semaphore's under

@@ -15,8 +15,6 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::session::secret::PASSWORD_ENV;
-
 /// Everything the child reads, prepared by the parent: the child must not
 /// allocate (the allocator's locks may be held by a thread that does not
 /// exist in the child's view) and must not touch anything else we own.
@@ -48,8 +46,8 @@ const SH: &[u8] = b"/bin/sh\0";
 pub struct Prepared {
     argv: Vec<CString>,
     candidates: Vec<CString>,
-    /// Our environment as `KEY=VALUE`, without zklock's password: the
-    /// command has no use for it.
+    /// Our environment as `KEY=VALUE`, `ZKLOCK_PASSWORD` included: it was in
+    /// the environment the user gave, and a nested zklock needs it.
     inherited: Vec<CString>,
     stack: Vec<u8>,
 }
@@ -62,7 +60,6 @@ impl Prepared {
             .first()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         let inherited = std::env::vars_os()
-            .filter(|(key, _)| key != OsStr::new(PASSWORD_ENV))
             .map(|(key, value)| entry(&key, &value))
             .collect::<io::Result<_>>()?;
         Ok(Prepared {

@@ -1,5 +1,5 @@
 //! Our nodes in ZooKeeper: creating them (create2 for the czxid, missing
-//! ancestors as containers, a create whose reply was lost recovered by
+//! ancestors as containers under an open ACL, a create whose reply was lost recovered by
 //! uuid and owner), and what their errors mean to the user.
 
 use anyhow::{Context, Result, bail};
@@ -44,14 +44,23 @@ pub async fn create_node(
     let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
     let requested = format!("{dir}/{prefix}");
+    // Our ACL keeps others from deleting our node only if the directory's
+    // does too (ZooKeeper checks DELETE on the parent). Its ACL is asked for
+    // with the create, in the same round trip.
+    let guarded = !anyone_may_delete(acls);
     let mut losses = Losses::default();
     loop {
+        let dir_acl = guarded.then(|| client.get_acl(dir));
         match client.create(&requested, data, &options).await {
             Ok((stat, seq)) => {
-                return Ok(Node {
+                let node = Node {
                     path: format!("{requested}{seq}"),
                     czxid: stat.czxid,
-                });
+                };
+                if let Some(dir_acl) = dir_acl {
+                    refuse_open_dir(client, dir, dir_acl.await, &node).await?;
+                }
+                return Ok(node);
             }
             // The directory is missing, or a container was reaped under us.
             Err(zk::Error::NoNode) => create_ancestors(client, dir, acls).await?,
@@ -60,6 +69,9 @@ pub async fn create_node(
                     .lost()
                     .with_context(|| format!("creating a lock node under {dir}"))?;
                 if let Some(node) = find_own_node(client, dir, &prefix).await? {
+                    if guarded {
+                        refuse_open_dir(client, dir, Err(zk::Error::ConnectionLoss), &node).await?;
+                    }
                     return Ok(node);
                 }
             }
@@ -69,6 +81,65 @@ pub async fn create_node(
             }
         }
     }
+}
+
+/// Whether `acls` gives everyone every permission (`--acl open`, the
+/// default without credentials).
+fn is_open(acls: &[zk::Acl]) -> bool {
+    acls.iter().any(|acl| {
+        acl.scheme() == "world" && acl.id() == "anyone" && acl.permission() == zk::Permission::ALL
+    })
+}
+
+/// Whether `acls` lets anyone delete (world:anyone has DELETE): then the
+/// ACL of the directory does not matter either.
+pub fn anyone_may_delete(acls: &[zk::Acl]) -> bool {
+    acls.iter().any(|acl| {
+        acl.scheme() == "world"
+            && acl.id() == "anyone"
+            && acl.permission().has(zk::Permission::DELETE)
+    })
+}
+
+/// Why the directory `dir` with this ACL does not protect its lock nodes,
+/// with how to fix it; None if it does.
+pub fn open_dir_problem(dir: &str, dir_acl: &[zk::Acl]) -> Option<String> {
+    anyone_may_delete(dir_acl).then(|| {
+        format!(
+            "anyone may delete the lock nodes in {dir}: its ACL grants DELETE to \
+             world:anyone, so no holder is safe; give it an ACL that grants DELETE only to \
+             the identities taking the lock (zkCli: setAcl {dir} SCHEME:ID:cdrwa,world:anyone:r), \
+             or use it as it is with --acl open"
+        )
+    })
+}
+
+/// Refuses (usage error) a directory whose ACL lets anyone delete `node`,
+/// after deleting `node`. `dir_acl` is the answer to the request sent with
+/// the create; asked again if that did not tell.
+async fn refuse_open_dir(
+    client: &zk::Client,
+    dir: &str,
+    dir_acl: Result<(Vec<zk::Acl>, zk::Stat), zk::Error>,
+    node: &Node,
+) -> Result<()> {
+    let dir_acl = match dir_acl {
+        // Asked before the directory was created, or the answer was lost.
+        Err(err) if err == zk::Error::NoNode || is_connection_loss(&err) => {
+            retrying(|| client.get_acl(dir)).await
+        }
+        other => other,
+    };
+    // Without READ (or ADMIN) on the directory the listing fails next and
+    // says so.
+    let Ok((dir_acl, _)) = dir_acl else {
+        return Ok(());
+    };
+    let Some(problem) = open_dir_problem(dir, &dir_acl) else {
+        return Ok(());
+    };
+    let _ = retrying(|| client.delete(&node.path, None)).await;
+    Err(Failure::usage(problem))
 }
 
 /// After a create's outcome was lost: sync so our read sees every write the
@@ -98,22 +169,30 @@ async fn find_own_node(client: &zk::Client, dir: &str, prefix: &str) -> Result<O
     Ok(None)
 }
 
-/// Creates a directory node as a container (the server deletes it once it
-/// is empty again), or as a persistent node on servers without containers.
+/// Creates a directory node: with an open ACL as a container (the server
+/// deletes it once it is empty again), or as a persistent node on servers
+/// without containers. With any other ACL, as a persistent node: a container
+/// reaped and created again would take the ACL of whichever identity came
+/// next (with `creator`, shutting the others out), and would drop an ACL an
+/// operator set on it; the set-up for several identities (README "ACLs")
+/// must hold every time.
 pub async fn create_dir(
     client: &zk::Client,
     path: &str,
     data: &[u8],
     acls: &[zk::Acl],
 ) -> Result<(), zk::Error> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+    if !is_open(acls) {
+        return retrying(|| client.create(path, data, &persistent))
+            .await
+            .map(drop);
+    }
     let container = zk::CreateMode::Container.with_acls(zk::Acls::new(acls));
     match retrying(|| client.create(path, data, &container)).await {
-        Err(zk::Error::Unimplemented) => {
-            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
-            retrying(|| client.create(path, data, &persistent))
-                .await
-                .map(drop)
-        }
+        Err(zk::Error::Unimplemented) => retrying(|| client.create(path, data, &persistent))
+            .await
+            .map(drop),
         result => result.map(drop),
     }
 }
@@ -181,5 +260,40 @@ pub fn parent(path: &str) -> &str {
     match path.rsplit_once('/') {
         Some(("", _)) | None => "/",
         Some((parent, _)) => parent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acl(scheme: &str, id: &str, perms: zk::Permission) -> zk::Acl {
+        zk::Acl::new(perms, zk::AuthId::new(scheme, id))
+    }
+
+    #[test]
+    fn open_acls_and_directories_anyone_may_delete_from() {
+        let open = [acl("world", "anyone", zk::Permission::ALL)];
+        let creator = [
+            acl("auth", "", zk::Permission::ALL),
+            acl("world", "anyone", zk::Permission::READ),
+        ];
+        let deletable = [
+            acl("sasl", "backup", zk::Permission::ALL),
+            acl(
+                "world",
+                "anyone",
+                zk::Permission::READ | zk::Permission::DELETE,
+            ),
+        ];
+        assert!(is_open(&open) && !is_open(&creator) && !is_open(&deletable));
+        assert!(anyone_may_delete(&open) && anyone_may_delete(&deletable));
+        assert!(!anyone_may_delete(&creator));
+        let problem = open_dir_problem("/locks/x", &deletable).unwrap();
+        assert!(
+            problem.contains("setAcl /locks/x") && problem.contains("--acl open"),
+            "{problem}"
+        );
+        assert_eq!(open_dir_problem("/locks/x", &creator), None);
     }
 }

@@ -82,7 +82,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
             humantime::format_duration(Duration::from_millis(started.elapsed().as_millis() as u64))
         ));
     }
-    let env = command_environment(&plan.paths, &plan.order, &held, session.id());
+    let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
     facts.acquired(first_token(&plan, &held));
     let record = match once::check(&plan, session.client(), &held, &facts).await {
         Ok(Ok(record)) => record,
@@ -265,6 +265,7 @@ fn command_environment(
     order: &[&str],
     held: &[Node],
     session: i64,
+    connect: &crate::session::Settings,
 ) -> Vec<(&'static str, String)> {
     let node_of = |path: &str| {
         &held[order
@@ -279,7 +280,7 @@ fn command_environment(
             .collect::<Vec<_>>()
             .join("\n")
     };
-    vec![
+    let mut env = vec![
         ("ZKLOCK_PATH", paths.join("\n")),
         ("ZKLOCK_NODE", lines(&|node| node.path.clone())),
         (
@@ -287,7 +288,9 @@ fn command_environment(
             lines(&|node| node.czxid.to_string()),
         ),
         ("ZKLOCK_SESSION_ID", format!("{session:#x}")),
-    ]
+    ];
+    env.extend(connect.passed_on());
+    env
 }
 
 /// The granted session timeout, to the millisecond (for messages).

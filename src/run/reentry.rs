@@ -82,7 +82,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     }
     // The same values the enclosing run gave, so a run nested deeper
     // re-enters too.
-    let env = command_environment(&plan.paths, &plan.paths, &held, owner);
+    let env = command_environment(&plan.paths, &plan.paths, &held, owner, &plan.connect);
     let lock = HeldLock {
         nodes: held.into_iter().map(|node| node.path).collect(),
         watches: Vec::new(),

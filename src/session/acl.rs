@@ -1,6 +1,6 @@
 //! The ACL of the nodes zklock creates: zkCli's `scheme:id:perms` syntax,
 //! the `creator` and `open` shorthands, the default, and the check that
-//! contenders of our own identity can still queue under it.
+//! our own identity can still queue and write under it.
 
 use zookeeper_client as zk;
 
@@ -11,9 +11,11 @@ pub const CREATOR: &str = "creator";
 /// credentials).
 pub const OPEN: &str = "open";
 
-/// What a contender must be able to do on a lock's parent: list it, create
-/// its node in it and delete that node again.
-const NEEDED: [(i32, &str); 3] = [(1, "READ"), (4, "CREATE"), (8, "DELETE")];
+/// What zklock must be able to do with the ACL it gives: list a lock's
+/// parent, create its node in it and delete that node again (else other
+/// contenders of its identity could not queue), and write its node (marking
+/// it as holding) and the `--once-per` record.
+const NEEDED: [(i32, &str); 4] = [(1, "READ"), (2, "WRITE"), (4, "CREATE"), (8, "DELETE")];
 
 /// One ACL entry as given: `scheme:id:perms`, or a shorthand.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,8 +199,9 @@ impl AclPolicy {
             .collect::<Vec<_>>()
             .join(", ");
         Err(format!(
-            "the ACL `{}` denies {} to this session's identity ({who}), so other contenders \
-             of the same identity could not queue; a contender needs READ, CREATE and DELETE",
+            "the ACL `{}` denies {} to this session's identity ({who}); zklock needs READ, \
+             CREATE and DELETE (or other contenders of the same identity could not queue) \
+             and WRITE (to mark its node as holding and write the --once-per record)",
             self.describe(),
             missing.join(", ")
         ))
@@ -308,18 +311,25 @@ mod tests {
         );
         // Permissions add up over the entries that match us.
         assert!(
-            policy(&["sasl:backup:cd", "world:anyone:r"])
+            policy(&["sasl:backup:cdw", "world:anyone:r"])
                 .check(&sasl)
                 .is_ok()
         );
-        assert!(policy(&["ip:127.0.0.1:rcd"]).check(&anon).is_ok());
+        assert!(policy(&["ip:127.0.0.1:rwcd"]).check(&anon).is_ok());
         let err = policy(&["sasl:other:cdrwa", "world:anyone:r"])
             .check(&sasl)
             .unwrap_err();
-        assert!(err.contains("denies CREATE, DELETE"), "{err}");
+        assert!(err.contains("denies WRITE, CREATE, DELETE"), "{err}");
         assert!(err.contains("sasl:backup"), "{err}");
         let err = policy(&["sasl:backup:cdwa"]).check(&sasl).unwrap_err();
         assert!(err.contains("denies READ to"), "{err}");
+        // Without WRITE the acquisition's write and the run record fail.
+        let err = policy(&["sasl:backup:cdra"]).check(&sasl).unwrap_err();
+        assert!(err.contains("denies WRITE to"), "{err}");
+        let err = policy(&["sasl:backup:cdr", "world:anyone:r"])
+            .check(&sasl)
+            .unwrap_err();
+        assert!(err.contains("denies WRITE to"), "{err}");
         let err = policy(&["creator"]).check(&anon).unwrap_err();
         assert!(err.contains("has none"), "{err}");
         assert!(AclPolicy::default_for(true).check(&sasl).is_ok());

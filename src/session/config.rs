@@ -81,16 +81,20 @@ impl Loaded {
         Ok(ensemble)
     }
 
-    /// The password written in the ensemble's table, refused when the file
-    /// is open to group or others.
-    pub fn password(&self, ensemble: &Ensemble) -> Result<Option<Secret>, String> {
-        match &ensemble.password {
-            None => Ok(None),
-            Some(password) => {
-                secret::check_private(&self.path)?;
-                Ok(Some(Secret::new(password.clone())))
-            }
+    /// Refuses a file open to group or others that holds a `password` in
+    /// any of its ensembles, whichever is used: the password is exposed
+    /// either way, and the mistake should not wait for that ensemble's turn.
+    pub fn check_passwords(&self) -> Result<(), String> {
+        match self.file.ensembles.values().any(|e| e.password.is_some()) {
+            true => secret::check_private(&self.path),
+            false => Ok(()),
         }
+    }
+
+    /// The password written in the ensemble's table (the file was checked
+    /// by [`Loaded::check_passwords`]).
+    pub fn password(&self, ensemble: &Ensemble) -> Option<Secret> {
+        ensemble.password.clone().map(Secret::new)
     }
 }
 

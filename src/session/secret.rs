@@ -3,11 +3,14 @@
 //! others can read.
 
 use std::fmt;
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// The environment variable that may hold the password itself.
 pub const PASSWORD_ENV: &str = "ZKLOCK_PASSWORD";
+/// The environment variable of `--password-file`.
+pub const PASSWORD_FILE_ENV: &str = "ZKLOCK_PASSWORD_FILE";
 
 /// A password. Its `Debug` hides it and it has no `Display`, so neither a
 /// message nor `-v` output can show it by accident.
@@ -31,11 +34,20 @@ impl fmt::Debug for Secret {
 }
 
 /// Reads a password file: its first line, without the line ending (files
-/// written by `echo` end with one). Missing, unreadable or empty: an error
-/// naming the file.
+/// written by `echo` end with one). Missing, unreadable, empty, or a regular
+/// file that group or others may access (as ssh refuses such a key; a pipe
+/// such as `<(pass show zk)` is the caller's own): an error naming the file.
 pub fn read_password_file(path: &Path) -> Result<Secret, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("cannot read the password file {}: {err}", path.display()))?;
+    let cannot =
+        |err: std::io::Error| format!("cannot read the password file {}: {err}", path.display());
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    // The mode of the file opened, not of whatever the path names later.
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.is_file() {
+        refuse_open_mode(path, meta.permissions().mode())?;
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(cannot)?;
     let line = text.lines().next().unwrap_or("");
     if line.is_empty() {
         return Err(format!("the password file {} is empty", path.display()));
@@ -48,7 +60,10 @@ pub fn read_password_file(path: &Path) -> Result<Secret, String> {
 pub fn check_private(path: &Path) -> Result<(), String> {
     let meta =
         std::fs::metadata(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    let mode = meta.permissions().mode();
+    refuse_open_mode(path, meta.permissions().mode())
+}
+
+fn refuse_open_mode(path: &Path, mode: u32) -> Result<(), String> {
     if mode & 0o077 != 0 {
         return Err(format!(
             "{} holds a password but is accessible by group or others (mode {:o}); \
@@ -80,6 +95,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("pw");
         std::fs::write(&file, "s3cret\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(read_password_file(&file).unwrap().expose(), "s3cret");
         std::fs::write(&file, "s3cret\r\n").unwrap();
         assert_eq!(read_password_file(&file).unwrap().expose(), "s3cret");
@@ -96,6 +112,12 @@ mod tests {
         assert!(err.contains("chmod 600"), "{err}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o604)).unwrap();
         assert!(check_private(&file).is_err());
+        // A password file that others may read is refused like the config file.
+        let err = read_password_file(&file).unwrap_err();
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains("chmod 600"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

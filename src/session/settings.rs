@@ -13,7 +13,7 @@ use zookeeper_client as zk;
 use crate::session::acl::AclPolicy;
 use crate::session::config::{self, Ensemble, Loaded};
 use crate::session::connection_timeout_for;
-use crate::session::secret::{self, PASSWORD_ENV, Secret};
+use crate::session::secret::{self, PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
 use crate::session::tls_check::TlsPem;
 use crate::values::{HostList, Seconds, Target};
 
@@ -24,6 +24,8 @@ pub const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
 pub const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_KERBEROS_SERVICE: &str = "zookeeper";
+/// The environment variable of `--config`.
+const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
 
 /// What the command line and its environment variables gave.
 #[derive(Debug, Clone, Default)]
@@ -74,6 +76,13 @@ pub struct Settings {
     /// `addauth digest user:password`, sent on every connection.
     pub digest: Option<(String, Secret)>,
     pub acl: AclPolicy,
+    /// The `--password-file` the password was read from, made absolute: the
+    /// command gets it as `ZKLOCK_PASSWORD_FILE`, so that a nested zklock
+    /// finds the password as we did (see [`Settings::passed_on`]).
+    pub password_file: Option<PathBuf>,
+    /// The config file named by `--config`, made absolute, passed on as
+    /// `ZKLOCK_CONFIG` for the same reason.
+    pub config_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -89,6 +98,9 @@ impl Settings {
         loaded: Option<&Loaded>,
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Settings, String> {
+        if let Some(loaded) = loaded {
+            loaded.check_passwords()?;
+        }
         let from_env = match env(HOSTS_VARIABLE).filter(|value| !value.is_empty()) {
             Some(value) => Some(
                 value
@@ -161,8 +173,11 @@ impl Settings {
             pick(&given.tls_key, &ensemble.tls_key),
         )?;
 
-        let sasl_user = given.sasl_user.clone().or(ensemble.sasl_user.clone());
-        let digest_user = given.digest_user.clone().or(ensemble.digest_user.clone());
+        // An empty value (`ZKLOCK_SASL_USER=` in a script) means unset, as
+        // for the shell's own variables.
+        let named = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+        let sasl_user = named(&given.sasl_user).or(named(&ensemble.sasl_user));
+        let digest_user = named(&given.digest_user).or(named(&ensemble.digest_user));
         let kerberos = given.kerberos || ensemble.kerberos.unwrap_or(false);
         if sasl_user.is_some() && kerberos {
             return Err(
@@ -176,7 +191,8 @@ impl Settings {
             if let Some(file) = &given.password_file {
                 return secret::read_password_file(file);
             }
-            if let Some(value) = env(PASSWORD_ENV).filter(|v| !v.is_empty()) {
+            let from_env = env(PASSWORD_ENV);
+            if let Some(value) = from_env.clone().filter(|v| !v.is_empty()) {
                 return value
                     .into_string()
                     .map(Secret::new)
@@ -185,13 +201,20 @@ impl Settings {
             if let Some(file) = &ensemble.password_file {
                 return secret::read_password_file(file);
             }
-            if let Some(secret) = loaded.map(|l| l.password(&ensemble)).transpose()?.flatten() {
+            if let Some(secret) = loaded.and_then(|l| l.password(&ensemble)) {
                 return Ok(secret);
             }
-            Err(format!(
-                "no password given: use --password-file FILE, {PASSWORD_ENV}, or \
-                 password-file in the config file"
-            ))
+            // Never tell a user to set the variable they did set.
+            Err(match from_env {
+                Some(_) => format!(
+                    "{PASSWORD_ENV} is set but empty (and no --password-file or \
+                     password-file in the config file is given)"
+                ),
+                None => format!(
+                    "no password given: use --password-file FILE, {PASSWORD_ENV}, or \
+                     password-file in the config file"
+                ),
+            })
         };
         let sasl = if let Some(user) = sasl_user {
             Some(Sasl::DigestMd5 {
@@ -205,15 +228,10 @@ impl Settings {
                     .into());
             }
             Some(Sasl::Gssapi {
-                service: given
-                    .kerberos_service
-                    .clone()
-                    .or(ensemble.kerberos_service.clone())
+                service: named(&given.kerberos_service)
+                    .or(named(&ensemble.kerberos_service))
                     .unwrap_or_else(|| DEFAULT_KERBEROS_SERVICE.to_owned()),
-                host: given
-                    .kerberos_host
-                    .clone()
-                    .or(ensemble.kerberos_host.clone()),
+                host: named(&given.kerberos_host).or(named(&ensemble.kerberos_host)),
             })
         } else {
             None
@@ -244,6 +262,15 @@ impl Settings {
                 acl.describe()
             ));
         }
+        let password_file = match &given.password_file {
+            Some(file) if sasl.is_some() || digest.is_some() => {
+                Some(std::path::absolute(file).unwrap_or_else(|_| file.clone()))
+            }
+            _ => None,
+        };
+        let config_file = loaded
+            .filter(|_| given.config.is_some())
+            .map(|l| std::path::absolute(&l.path).unwrap_or_else(|_| l.path.clone()));
         Ok(Settings {
             hosts,
             session_timeout,
@@ -254,7 +281,25 @@ impl Settings {
             sasl,
             digest,
             acl,
+            password_file,
+            config_file,
         })
+    }
+
+    /// What the command's environment needs so that a nested zklock (README
+    /// "Nested runs") authenticates as we did, without the password being
+    /// written anywhere new: the password file's name when `--password-file`
+    /// gave it, the config file's when `--config` did. `ZKLOCK_PASSWORD` and
+    /// the other `ZKLOCK_*` variables the user set are inherited as they are;
+    /// a config file at its usual place is found again.
+    pub fn passed_on(&self) -> Vec<(&'static str, String)> {
+        [
+            (PASSWORD_FILE_ENV, &self.password_file),
+            (CONFIG_ENV, &self.config_file),
+        ]
+        .into_iter()
+        .filter_map(|(name, file)| Some((name, file.as_ref()?.to_str()?.to_owned())))
+        .collect()
     }
 
     /// A connector with every setting but the session to attach to.
@@ -439,6 +484,7 @@ mod tests {
         let dir = temp_dir("precedence");
         let pw = dir.join("pw");
         std::fs::write(&pw, "from-file\n").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
         let text = format!(
             "default = \"prod\"\n[ensembles.prod]\nhosts = \"zk1:2281/apps\"\n\
              session-timeout = \"20s\"\nsasl-user = \"backup\"\npassword-file = \"{}\"\n\
@@ -510,12 +556,36 @@ mod tests {
         let err = Settings::resolve_with(&given, Some(&file), &no_env).unwrap_err();
         assert!(err.contains("accessible by group or others"), "{err}");
         assert!(!err.contains("pw\""), "{err}");
+        // Whichever ensemble is used, hosts given directly included.
+        let text = format!("{text}[ensembles.q]\nhosts = \"h2\"\n");
+        std::fs::write(&path, &text).unwrap();
+        let both = loaded(&text, &path);
+        for target in ["@q", "h3:2181"] {
+            let given = Given {
+                target: Some(target.parse().unwrap()),
+                ..Given::default()
+            };
+            let err = Settings::resolve_with(&given, Some(&both), &no_env).unwrap_err();
+            assert!(err.contains("chmod 600"), "{target}: {err}");
+        }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let s = Settings::resolve_with(&given, Some(&file), &no_env).unwrap();
         assert_eq!(s.digest.as_ref().unwrap().1.expose(), "pw");
         // Credentials make the default ACL creator + world read.
         assert_eq!(s.acl.describe(), "creator,world:anyone:r");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn empty_user_names_are_unset() {
+        let given = Given {
+            sasl_user: Some(String::new()),
+            digest_user: Some(String::new()),
+            ..Given::default()
+        };
+        let s = Settings::resolve_with(&given, None, &no_env).unwrap();
+        assert!(s.sasl.is_none() && s.digest.is_none());
+        assert_eq!(s.credentials(), "no credentials");
     }
 
     #[test]

@@ -286,10 +286,6 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
         cmd
     };
     let holder = Gated::start(digest_run());
-    assert!(
-        !holder.env().contains_key("ZKLOCK_PASSWORD"),
-        "the command got zklock's password"
-    );
     let bob = Inspector::connect_secure(&connect, &ClientSecurity::digest("bob", "bob-secret"));
     let nodes = bob.try_children(&path);
     assert!(
@@ -694,4 +690,321 @@ fn secure_tls_x509_acl_is_checked_against_our_subject() {
         "{}",
         out.stderr
     );
+}
+
+/// A script under `zklock run` that calls `zklock run` (re-entering) and
+/// `zklock status` on the same SASL-enforcing server: the nested zklocks
+/// find the password as the outer one did (`ZKLOCK_PASSWORD` inherited;
+/// `--password-file` passed on as `ZKLOCK_PASSWORD_FILE`), and nothing in
+/// their command lines carries it.
+#[test]
+fn secure_sasl_nested_runs_find_the_password() {
+    let scratch = TempDir::new();
+    let pw = scratch.path().join("pw");
+    std::fs::write(&pw, format!("{SASL_PASSWORD}\n")).unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let connect = sasl_server().connect_string();
+    // The nested calls name the server and the user (or nothing, with the
+    // config file), never the password.
+    let script = r#"set -e
+"$ZK" run $FLAGS "$LOCK" -- sh -c 'echo nested-ran'
+"$ZK" status $FLAGS "$LOCK" >/dev/null || test $? -eq 1
+echo status-ok"#;
+    let config = scratch.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "default = \"s\"\n[ensembles.s]\nhosts = \"{connect}\"\n\
+             sasl-user = \"{SASL_USER}\"\npassword = \"{SASL_PASSWORD}\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for how in ["environment", "password file", "config file"] {
+        let path = unique_path("sasl-nested");
+        let mut cmd = crate::harness::zklock();
+        match how {
+            "environment" => {
+                cmd.env("ZKLOCK_ZOOKEEPER", &connect)
+                    .env("ZKLOCK_SASL_USER", SASL_USER)
+                    .env("ZKLOCK_PASSWORD", SASL_PASSWORD)
+                    .args(["run", &path]);
+            }
+            "password file" => {
+                cmd.current_dir(scratch.path()).args([
+                    "run",
+                    "-z",
+                    &connect,
+                    "--sasl-user",
+                    SASL_USER,
+                    "--password-file",
+                    "pw",
+                    &path,
+                ]);
+            }
+            _ => {
+                cmd.current_dir(scratch.path())
+                    .args(["run", "--config", "config.toml", &path]);
+            }
+        }
+        // The config file's default ensemble, or the server and the user.
+        let flags = match how {
+            "config file" => String::new(),
+            _ => format!("-z {connect} --sasl-user {SASL_USER}"),
+        };
+        cmd.env("ZK", env!("CARGO_BIN_EXE_zklock"))
+            .env("FLAGS", flags)
+            .env("LOCK", &path)
+            // The script runs elsewhere: a relative --password-file still works.
+            .args(["--", "sh", "-c", &format!("cd / && {script}")]);
+        let out = run_bounded(&mut cmd, LONG);
+        assert_eq!(out.code(), 0, "{how}: {}", out.stderr);
+        assert!(
+            out.stdout.contains("nested-ran") && out.stdout.contains("status-ok"),
+            "{how}: {}{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+}
+
+/// A `ZKLOCK_PASSWORD` that is set but empty is named as such, not as a
+/// variable to set.
+#[test]
+fn secure_empty_password_variable_is_named() {
+    let mut cmd = zklock_run("127.0.0.1:1", "/it/x");
+    cmd.args(["--sasl-user", "u"]).env("ZKLOCK_PASSWORD", "");
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    let line = out.one_error_line();
+    assert!(line.contains("ZKLOCK_PASSWORD is set but empty"), "{line}");
+    assert!(!line.contains("use --password-file"), "{line}");
+}
+
+/// `ZKLOCK_SASL_USER=` (empty, as a script clearing it writes) is unset:
+/// the run goes ahead without credentials.
+#[test]
+fn secure_empty_user_variables_are_unset() {
+    for variable in ["ZKLOCK_SASL_USER", "ZKLOCK_DIGEST_USER"] {
+        let mut cmd = zklock_run(
+            &shared_server().connect_string(),
+            &unique_path("empty-user"),
+        );
+        cmd.env(variable, "");
+        finish(&mut cmd).assert_code(0);
+    }
+}
+
+/// A config file that others can read and that holds a `password` in any
+/// ensemble is refused, whichever ensemble is used.
+#[test]
+fn secure_open_config_with_a_password_is_refused_for_every_ensemble() {
+    let scratch = TempDir::new();
+    let file = write_config(
+        scratch.path(),
+        "[ensembles.other]\nhosts = \"127.0.0.1:1\"\ndigest-user = \"alice\"\n\
+         password = \"alice-secret\"\n",
+        0o644,
+    );
+    for target in ["@it".to_owned(), shared_server().connect_string()] {
+        let mut cmd = zklock_run(&target, &unique_path("open-config"));
+        cmd.arg("--config").arg(&file);
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(
+            line.contains("chmod 600") && line.contains(&*file.to_string_lossy()),
+            "{target}: {line}"
+        );
+        assert!(!line.contains("alice-secret"), "{line}");
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = zklock_run("@it", &unique_path("open-config"));
+    cmd.arg("--config").arg(&file);
+    finish(&mut cmd).assert_code(0);
+}
+
+/// A `--password-file` that group or others may read is refused as ssh
+/// refuses such a key: 64, one line naming the file and the fix.
+#[test]
+fn secure_open_password_file_is_refused() {
+    let scratch = TempDir::new();
+    let pw = scratch.path().join("pw");
+    std::fs::write(&pw, format!("{SASL_PASSWORD}\n")).unwrap();
+    for mode in [0o644, 0o640, 0o604] {
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut cmd = zklock_run(&sasl_server().connect_string(), &unique_path("open-pw"));
+        cmd.args(["--sasl-user", SASL_USER])
+            .arg("--password-file")
+            .arg(&pw);
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(
+            line.contains(&*pw.to_string_lossy()) && line.contains("chmod 600"),
+            "{mode:o}: {line}"
+        );
+    }
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = zklock_run(&sasl_server().connect_string(), &unique_path("open-pw"));
+    cmd.args(["--sasl-user", SASL_USER])
+        .arg("--password-file")
+        .arg(&pw);
+    finish(&mut cmd).assert_code(0);
+}
+
+/// An `--acl` that denies our own identity WRITE is refused before anything
+/// is created: the acquisition's write and the `--once-per` record need it.
+#[test]
+fn secure_acl_without_write_for_us_exits_64() {
+    let path = unique_path("acl-no-write");
+    for once in [false, true] {
+        let mut cmd = sasl_run(&path, SASL_PASSWORD);
+        cmd.args([
+            "--acl",
+            &format!("sasl:{SASL_USER}:cdr"),
+            "--acl",
+            "world:anyone:r",
+        ]);
+        if once {
+            cmd.args(["--once-per", "1h"]);
+        }
+        let out = finish(&mut cmd);
+        out.assert_code(64);
+        let line = out.one_error_line();
+        assert!(line.contains("denies WRITE"), "{line}");
+    }
+    let zk = Inspector::connect_secure(
+        &sasl_server().connect_string(),
+        &ClientSecurity::sasl_digest(SASL_USER, SASL_PASSWORD),
+    );
+    assert!(zk.get_data(&path).is_none(), "{path} was created");
+}
+
+/// ZooKeeper checks DELETE on the parent: a lock directory pre-created with
+/// an open ACL lets anyone delete a credentialed holder's node. A run with
+/// credentials refuses such a path (64, one line saying how to fix it)
+/// and leaves nothing behind, unless given `--acl open`; `status` warns.
+#[test]
+fn secure_open_lock_directory_is_refused_with_credentials() {
+    use zookeeper_client as zk;
+    let connect = shared_server().connect_string();
+    let dir = unique_path("open-dir");
+    let anyone = Inspector::connect(&connect);
+    anyone.create_all(&dir);
+    let alice = |cmd: &mut Command| {
+        cmd.args(["--digest-user", "alice"])
+            .env("ZKLOCK_PASSWORD", "alice-secret");
+    };
+    let mut cmd = zklock_run(&connect, &dir);
+    alice(&mut cmd);
+    let out = finish(&mut cmd);
+    out.assert_code(64);
+    let line = out.one_error_line();
+    assert!(
+        line.contains(&format!("anyone may delete the lock nodes in {dir}"))
+            && line.contains("setAcl")
+            && line.contains("--acl open"),
+        "{line}"
+    );
+    assert!(
+        anyone.children(&dir).is_empty(),
+        "{:?}",
+        anyone.children(&dir)
+    );
+
+    let status = |json: bool| {
+        let mut cmd = crate::harness::zklock();
+        cmd.args(["status", "-z", &connect, &dir]);
+        if json {
+            cmd.arg("--json");
+        }
+        alice(&mut cmd);
+        run_bounded(&mut cmd, LONG)
+    };
+    let out = status(false);
+    out.assert_code(0);
+    assert!(
+        out.stdout
+            .contains("warning: anyone may delete the lock nodes"),
+        "{}",
+        out.stdout
+    );
+    let out = status(true);
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        doc["locks"][0]["unprotected"]
+            .as_str()
+            .is_some_and(|s| s.contains("anyone may delete")),
+        "{}",
+        out.stdout
+    );
+
+    // Asked for: the path is used as it is.
+    let mut cmd = zklock_run(&connect, &dir);
+    alice(&mut cmd);
+    cmd.args(["--acl", "open"]);
+    finish(&mut cmd).assert_code(0);
+
+    // Fixed as the message says: alice alone may delete, anyone may read.
+    let owner =
+        Inspector::connect_secure(&connect, &ClientSecurity::digest("alice", "alice-secret"));
+    let acls = [
+        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("auth", "")),
+        zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+    ];
+    owner
+        .run(owner.client().set_acl(&dir, &acls, None))
+        .expect("setAcl");
+    let mut cmd = zklock_run(&connect, &dir);
+    alice(&mut cmd);
+    finish(&mut cmd).assert_code(0);
+    let out = status(false);
+    assert!(!out.stdout.contains("warning"), "{}", out.stdout);
+}
+
+/// Two TLS identities taking turns on one lock, set up as the README says
+/// (each lists both in `--acl`), on a server that reaps empty containers
+/// within 100 ms: every run works, and the parents zklock created stay, as
+/// persistent nodes with the ACL given (containers created again by whoever
+/// came next would take that one's ACL).
+#[test]
+fn secure_two_tls_identities_alternate_on_one_lock() {
+    use crate::harness::OTHER_CLIENT_DN;
+    let server = ZkServer::start_with(ServerOptions {
+        security: Security::tls(),
+        container_check_interval: Some(Duration::from_millis(100)),
+        ..ServerOptions::default()
+    });
+    let pki = pki();
+    let connect = server.connect_string();
+    let zk = Inspector::connect_secure(&connect, &ClientSecurity::tls());
+    let path = "/locks/team/ci";
+    for turn in 0..20 {
+        let identity = if turn % 2 == 0 {
+            &pki.client
+        } else {
+            &pki.other_client
+        };
+        let mut cmd = zklock_run(&connect, path);
+        cmd.arg("--tls-ca").arg(&pki.ca);
+        cmd.arg("--tls-cert").arg(&identity.cert);
+        cmd.arg("--tls-key").arg(&identity.key);
+        for dn in [crate::harness::CLIENT_DN, OTHER_CLIENT_DN] {
+            cmd.arg("--acl").arg(format!("x509:{dn}:cdrwa"));
+        }
+        cmd.args(["--acl", "world:anyone:r"]);
+        let out = finish(&mut cmd);
+        assert_eq!(out.code(), 0, "turn {turn}: {}", out.stderr);
+        for dir in ["/locks", "/locks/team", path] {
+            let stat = zk
+                .stat(dir)
+                .unwrap_or_else(|| panic!("turn {turn}: {dir} is gone"));
+            assert_eq!(
+                stat.ephemeral_owner, 0,
+                "turn {turn}: {dir} is not persistent"
+            );
+        }
+    }
+    assert_no_nodes(&zk, path);
 }

@@ -37,7 +37,7 @@ pub use holder::{
 };
 pub use kazoo::{KazooKind, KazooLock, python};
 pub use kdc::{KRB_CLIENT, KRB_CLIENT_PASSWORD, KRB_OTHER_CLIENT, Kdc, REALM, kdc, krb5_dir};
-pub use pki::{CLIENT_DN, CLIENT_SUBJECT, CertKey, Pki, pki};
+pub use pki::{CLIENT_DN, CLIENT_SUBJECT, CertKey, OTHER_CLIENT_DN, Pki, pki};
 pub use process::{
     KillGroupOnDrop, Outcome, assert_no_nodes, pid_alive, read_pid_file, run_bounded, wait_pid_gone,
 };

@@ -18,6 +18,9 @@ use super::TempDir;
 pub const CLIENT_SUBJECT: &str = "/O=zklock-test/CN=zklock-client";
 /// How ZooKeeper (Java's `X500Principal.getName()`) spells [`CLIENT_SUBJECT`].
 pub const CLIENT_DN: &str = "CN=zklock-client,O=zklock-test";
+/// A second client identity of the same CA, and how ZooKeeper spells it.
+pub const OTHER_CLIENT_SUBJECT: &str = "/O=zklock-test/CN=zklock-other";
+pub const OTHER_CLIENT_DN: &str = "CN=zklock-other,O=zklock-test";
 
 /// A certificate, its key, and both concatenated (key first) as ZooKeeper's PEM key
 /// store wants them.
@@ -51,6 +54,8 @@ pub struct Pki {
     pub server: CertKey,
     /// Client certificate `CN=zklock-client,O=zklock-test`, signed by `ca`.
     pub client: CertKey,
+    /// Signed by the test CA too, with [`OTHER_CLIENT_SUBJECT`].
+    pub other_client: CertKey,
     /// Client certificate signed by `other_ca` (the server must refuse it).
     pub unknown_ca_client: CertKey,
     /// Server certificate with the right SAN but signed by `other_ca`.
@@ -245,6 +250,14 @@ fn generate() -> Pki {
         None,
     );
     let client = new_leaf(d, "client", CLIENT_SUBJECT, "ca", CLIENT_EXT, None);
+    let other_client = new_leaf(
+        d,
+        "other-client",
+        OTHER_CLIENT_SUBJECT,
+        "ca",
+        CLIENT_EXT,
+        None,
+    );
     let unknown_ca_client = new_leaf(
         d,
         "unknown-ca-client",
@@ -283,6 +296,7 @@ fn generate() -> Pki {
         other_ca,
         server,
         client,
+        other_client,
         unknown_ca_client,
         unknown_ca_server,
         wrong_name_server,

@@ -182,6 +182,10 @@ pub fn shared_server() -> &'static ZkServer {
     SHARED.get_or_init(|| {
         let server = ZkServer::start();
         let _ = CLEANUP.set((server.pid(), server.node.dir().to_path_buf()));
+        // The parent of every `unique_path`, open to all: created by a test
+        // with credentials, it would be persistent with that identity's ACL
+        // and shut the other tests out.
+        super::Inspector::connect(&server.connect_string()).create_all("/it");
         // SAFETY: registering a plain extern "C" function with atexit is sound; the hook
         // only reads a static that is fully initialised by the time it is registered.
         unsafe {
