@@ -218,17 +218,12 @@ async fn run_command(
     };
     tokio::pin!(lost);
     let report = plan.report;
-    let mut on_loss =
-        |reason: &str| report.error(format_args!("lock lost: {reason}; terminating the command"));
-    let (exit, keeper) = child::supervise(
-        child,
-        signals,
-        lost.as_mut(),
-        policy.kill_after,
-        plan.args.max_runtime.map(|limit| limit.0),
-        &mut on_loss,
-    )
-    .await;
+    let limits = child::Limits {
+        kill_after: policy.kill_after,
+        max_runtime: plan.args.max_runtime.map(|limit| limit.0),
+        stop_limit: policy.grace(),
+    };
+    let (exit, keeper) = child::supervise(child, signals, lost.as_mut(), limits, report).await;
     if exit == Exit::TimedOut {
         report.error(format_args!(
             "the command ran longer than --max-runtime {}; terminated",
