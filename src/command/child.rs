@@ -197,8 +197,7 @@ impl Child {
     }
 
     /// The command's group stopped by `signal`: take the terminal back and
-    /// stop zklock's own process group (its job, for the shell) the same
-    /// way. Returns once zklock is continued.
+    /// stop zklock too. Returns once zklock is continued.
     fn stop_with_command(&mut self, signal: i32) {
         self.take_back_terminal();
         self.stopped_since = Some(Instant::now());
@@ -207,18 +206,19 @@ impl Child {
         if pid == 1 {
             return; // an init cannot be stopped
         }
-        // The same signal, so that the shell says why ("Stopped (tty
-        // input)"); SIGSTOP where ours would not stop us (ignored at start).
+        // A stop from the terminal (Ctrl-Z, a background read or write)
+        // would have stopped zklock's whole group (its job: a script that
+        // runs zklock, `zklock ... | less`) without zklock in between: stop
+        // that group, with the same signal so that the shell says why
+        // ("Stopped (tty input)"). A group id of 1 or less would address
+        // every process. Any other stop (SIGSTOP, or one we ignore since
+        // our start) stops zklock alone, with SIGSTOP.
         let job_control = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
-        let signal = if job_control && !signals::ignored_at_start(signal) {
-            signal
+        let (signal, target) = if job_control && !signals::ignored_at_start(signal) {
+            (signal, if group > 1 { -group } else { pid })
         } else {
-            libc::SIGSTOP
+            (libc::SIGSTOP, pid)
         };
-        // Our whole group, as the terminal's Ctrl-Z would have stopped it
-        // (a script that runs zklock, `zklock ... | less`); a group id of
-        // 1 or less would address every process, so then only ourselves.
-        let target = if group > 1 { -group } else { pid };
         // SAFETY: sigset_t is plain data set up before use; kill has no
         // memory-safety preconditions. TTIN and TTOU are blocked in this
         // thread (block_terminal_stops) and in every other, which inherited
@@ -319,8 +319,8 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 ///   no longer in the foreground, does not see them (no double delivery).
 /// * Job control: when the command stops (Ctrl-Z's TSTP, TTIN or TTOU of a
 ///   background read or write, STOP), zklock takes the terminal back and
-///   stops its own process group the same way, so the shell sees its job
-///   stopped. On SIGCONT (`fg`, `bg`) zklock gives the terminal to the
+///   stops too: its whole process group (the shell's job) with the same
+///   signal for a stop from the terminal, itself with STOP otherwise. On SIGCONT (`fg`, `bg`) zklock gives the terminal to the
 ///   command's group again if its own group has the foreground, and
 ///   forwards the SIGCONT. zklock cannot keep its session alive while
 ///   stopped: a stop past `stop_limit` (the lease's grace) counts as losing
