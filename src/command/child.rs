@@ -1,5 +1,6 @@
 //! The command: spawning it in its own process group, handing it the
-//! terminal, forwarding signals to its group and reaping it.
+//! terminal, forwarding signals to its group, following it into job
+//! control stops and reaping it.
 
 use std::ffi::OsString;
 use std::future::Future;
@@ -13,9 +14,10 @@ use anyhow::Result;
 use tokio::time::{Instant, sleep_until};
 
 use crate::command::keeper::Keeper;
-use crate::command::signals::{Signals, is_terminating};
+use crate::command::signals::{self, Signals, is_terminating};
 use crate::command::spawn;
 use crate::exit::{ErrorKind, Exit, Failure};
+use crate::report::Report;
 
 /// How often to look for stragglers in the command's process group after the
 /// command itself exited; there is no event for "the group is empty".
@@ -58,7 +60,10 @@ pub struct Child {
     pgid: libc::pid_t,
     keeper: Keeper,
     status: Option<ExitStatus>,
+    /// The terminal whose foreground the command's group has from us.
     terminal: Option<libc::c_int>,
+    /// Since when zklock stopped itself because the command's group stopped.
+    stopped_since: Option<Instant>,
 }
 
 impl Child {
@@ -86,28 +91,30 @@ impl Child {
     pub fn spawn(prepared: Prepared, env: &[(&str, String)]) -> Result<Child> {
         let Prepared {
             program,
-            keeper,
+            mut keeper,
             mut start,
         } = prepared;
+        // On failure `keeper` is dropped, which kills it.
+        keeper
+            .wait_ready()
+            .map_err(|err| spawn_error(&program, err))?;
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
-        // On failure `keeper` is dropped, which kills it.
-        let pid = spawn::launch(&mut start, env, terminal, pgid)
+        let keep_ignored = signals::ignored_at_start_set();
+        let pid = spawn::launch(&mut start, env, terminal, pgid, keep_ignored)
             .map_err(|err| spawn_error(&program, err))?;
-        keeper.command_joined();
-        if let Some(fd) = terminal {
-            // The child did this too; repeating it closes the race with our
-            // own later tcsetpgrp, as shells do.
-            // SAFETY: plain syscall on a descriptor we checked is a terminal.
-            unsafe { libc::tcsetpgrp(fd, pgid) };
-        }
-        Ok(Child {
+        let mut child = Child {
             pid,
             pgid,
             keeper,
             status: None,
-            terminal,
-        })
+            terminal: None,
+            stopped_since: None,
+        };
+        // The child did this too; repeating it closes the race with our own
+        // later tcsetpgrp, as shells do.
+        child.give_terminal(terminal);
+        Ok(child)
     }
 
     /// The command's process id (its group's id is the keeper's).
@@ -127,40 +134,58 @@ impl Child {
     /// Whether any process of the group is still running. Zombies do not
     /// count: they have exited, and an orphaned zombie lingers until init
     /// reaps it, which some container inits do late or never. Nor does the
-    /// keeper, had it failed to leave the group.
+    /// keeper, which stays in the group until zklock ends.
     fn group_alive(&self) -> bool {
         // SAFETY: signal 0 only checks for existence.
         let rc = unsafe { libc::kill(-self.pgid, 0) };
         if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
             return false;
         }
-        group_has_running_member(self.pgid, self.keeper.pid())
+        running_members(self.pgid, self.keeper.pid()) > 0
     }
 
     /// Reaps our own child, the command (the keeper's zombie is left to
-    /// init once zklock exits, see keeper.rs). As PID 1 (a container's
-    /// init) orphans of the command become our children too and must be
-    /// reaped, or as zombies they would keep the process group alive forever.
-    fn reap(&mut self) {
+    /// init once zklock exits, see keeper.rs); returns the signal that
+    /// stopped the command, if that is what happened to it. As PID 1 (a
+    /// container's init) orphans of the command become our children too
+    /// and must be reaped, or as zombies they would keep the process group
+    /// alive forever.
+    fn reap(&mut self) -> Option<i32> {
         // SAFETY: getpid has no preconditions.
         let orphans_are_ours = unsafe { libc::getpid() } == 1;
         let target = if orphans_are_ours { -1 } else { self.pid };
+        let mut stopped = None;
         loop {
             let mut raw = 0;
             // SAFETY: waitpid writes the status into a local integer.
-            let pid = unsafe { libc::waitpid(target, &mut raw, libc::WNOHANG) };
+            let pid = unsafe { libc::waitpid(target, &mut raw, libc::WNOHANG | libc::WUNTRACED) };
             if pid <= 0 {
-                return;
+                return stopped;
             }
-            if pid == self.pid {
-                self.status = Some(ExitStatus::from_raw(raw));
-                self.take_back_terminal();
+            if libc::WIFSTOPPED(raw) {
+                if pid == self.pid {
+                    stopped = Some(libc::WSTOPSIG(raw));
+                }
+            } else {
+                if pid == self.pid {
+                    self.status = Some(ExitStatus::from_raw(raw));
+                    self.take_back_terminal();
+                }
+                self.keeper.note_reaped(pid);
             }
-            self.keeper.note_reaped(pid);
             if !orphans_are_ours {
-                return;
+                return stopped;
             }
         }
+    }
+
+    /// Gives the command's group the foreground of `terminal`.
+    fn give_terminal(&mut self, terminal: Option<libc::c_int>) {
+        if let Some(fd) = terminal {
+            // SAFETY: plain syscall on a descriptor found to be a terminal.
+            unsafe { libc::tcsetpgrp(fd, self.pgid) };
+        }
+        self.terminal = terminal;
     }
 
     fn take_back_terminal(&mut self) {
@@ -170,15 +195,65 @@ impl Child {
             unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
         }
     }
+
+    /// The command's group stopped by `signal`: take the terminal back and
+    /// stop zklock too. Returns once zklock is continued.
+    fn stop_with_command(&mut self, signal: i32) {
+        self.take_back_terminal();
+        self.stopped_since = Some(Instant::now());
+        // SAFETY: getpid and getpgrp have no preconditions.
+        let (pid, group) = unsafe { (libc::getpid(), libc::getpgrp()) };
+        if pid == 1 {
+            return; // an init cannot be stopped
+        }
+        // A stop from the terminal (Ctrl-Z, a background read or write)
+        // would have stopped zklock's whole group (its job: a script that
+        // runs zklock, `zklock ... | less`) without zklock in between: stop
+        // that group, with the same signal so that the shell says why
+        // ("Stopped (tty input)"). A group id of 1 or less would address
+        // every process. Any other stop (SIGSTOP, or one we ignore since
+        // our start) stops zklock alone, with SIGSTOP.
+        let job_control = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
+        let (signal, target) = if job_control && !signals::ignored_at_start(signal) {
+            (signal, if group > 1 { -group } else { pid })
+        } else {
+            (libc::SIGSTOP, pid)
+        };
+        // SAFETY: sigset_t is plain data set up before use; kill has no
+        // memory-safety preconditions. TTIN and TTOU are blocked in this
+        // thread (block_terminal_stops) and in every other, which inherited
+        // the mask: unblocked here, the pending signal stops the process.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::kill(target, signal);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            if matches!(signal, libc::SIGTTIN | libc::SIGTTOU) {
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+        }
+    }
+
+    /// zklock was continued: if it had stopped with the command, the
+    /// command's group gets the terminal again if ours is its foreground
+    /// (`fg`; not after `bg`). How long zklock was stopped, if it was.
+    fn continued(&mut self) -> Option<Duration> {
+        let since = self.stopped_since.take()?;
+        if self.status.is_none() {
+            self.give_terminal(foreground_terminal());
+        }
+        Some(since.elapsed())
+    }
 }
 
-/// Scans /proc for a process of group `pgid` that is not a zombie, nor
-/// `keeper`; errs on the side of "alive" when /proc cannot be read.
-fn group_has_running_member(pgid: libc::pid_t, keeper: libc::pid_t) -> bool {
+/// Scans /proc for the processes of group `pgid` that are not zombies,
+/// nor `keeper`; errs on the side of "alive" (1) when /proc cannot be read.
+fn running_members(pgid: libc::pid_t, keeper: libc::pid_t) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
+        return 1;
     };
-    entries.flatten().any(|entry| {
+    let running = |entry: &std::fs::DirEntry| {
         let is_pid = entry
             .file_name()
             .to_str()
@@ -189,7 +264,8 @@ fn group_has_running_member(pgid: libc::pid_t, keeper: libc::pid_t) -> bool {
             None
         };
         stat.is_some_and(|stat| running_in_group(&stat, pgid))
-    })
+    };
+    entries.flatten().filter(running).count()
 }
 
 /// Parses `/proc/PID/stat`: `pid (comm) state ppid pgrp ...`, where comm may
@@ -234,18 +310,33 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 ///   to the command's process group, so the command's own children get them
 ///   too. Synchronous signals (SEGV, BUS, FPE, ILL, ...) concern zklock itself
 ///   and are never forwarded.
+/// * A signal ignored when zklock started (`nohup` ignores HUP, a shell
+///   without job control INT and QUIT for `cmd &`) stays ignored, for zklock
+///   (it is never received, so never forwarded) and for the command
+///   (signals.rs). Every other signal starts at its default in the command.
 /// * At a terminal the command's group is the foreground group: Ctrl-C,
 ///   Ctrl-\ and window changes reach it from the kernel, once, and zklock,
 ///   no longer in the foreground, does not see them (no double delivery).
+/// * Job control: when the command stops (Ctrl-Z's TSTP, TTIN or TTOU of a
+///   background read or write, STOP), zklock takes the terminal back and
+///   stops too: its whole process group (the shell's job) with the same
+///   signal for a stop from the terminal, itself with STOP otherwise. On SIGCONT (`fg`, `bg`) zklock gives the terminal to the
+///   command's group again if its own group has the foreground, and
+///   forwards the SIGCONT. zklock cannot keep its session alive while
+///   stopped: a stop past `stop_limit` (the lease's grace) counts as losing
+///   the lock before the command is continued. In a group without a
+///   job-control shell (orphaned), the kernel does not stop zklock for
+///   TSTP, TTIN or TTOU: it keeps the lock while the command stays stopped.
 /// * A terminating signal (INT, TERM, HUP, QUIT) starts the `--kill-after`
 ///   timer; when it fires, or when a second terminating signal arrives, the
 ///   group gets SIGKILL.
-/// * Losing the lock sends TERM to the group and starts the same timer; so
-///   does `max_runtime` running out (then the result is [`Exit::TimedOut`]).
+/// * Losing the lock sends TERM (and CONT, for a stopped command) to the
+///   group and starts the same timer; so does `max_runtime` running out
+///   (then the result is [`Exit::TimedOut`]).
 /// * SIGCHLD: only our own child is reaped. After it exits, zklock keeps
-///   forwarding and waits until the group is empty: the lock covers every
-///   process the command left behind, as flock(1) covers every holder of its
-///   descriptor.
+///   forwarding and waits until the group is empty (`-v` says so): the
+///   lock covers every process the command left behind, as flock(1) covers
+///   every holder of its descriptor.
 /// * The group is never signalled once it is empty.
 ///
 /// Returns the command's status, or [`Exit::LockLost`] if the lock was lost,
@@ -255,49 +346,77 @@ pub async fn supervise(
     mut child: Child,
     signals: &mut Signals,
     mut lost: Pin<&mut dyn Future<Output = String>>,
-    kill_after: Duration,
-    max_runtime: Option<Duration>,
-    on_loss: &mut dyn FnMut(&str),
+    limits: Limits,
+    report: Report,
 ) -> (Exit, Keeper) {
-    let mut time_up = max_runtime.map(|limit| Instant::now() + limit);
+    let mut time_up = limits.max_runtime.map(|limit| Instant::now() + limit);
     let mut timed_out = false;
     let mut kill_at: Option<Instant> = None;
     let mut lock_lost = false;
     let mut group_check: Option<Instant> = None;
+    let mut told_waiting = false;
     let far_future = || Instant::now() + Duration::from_secs(86400 * 365);
+    let terminate = |child: &Child, kill_at: &mut Option<Instant>| {
+        child.signal_group(libc::SIGTERM);
+        // A stopped process acts on TERM only once continued.
+        child.signal_group(libc::SIGCONT);
+        kill_at.get_or_insert(Instant::now() + limits.kill_after);
+    };
     loop {
-        if child.status.is_some() {
+        if let Some(status) = child.status {
             if !child.group_alive() {
                 break;
+            }
+            if !told_waiting {
+                told_waiting = true;
+                let others = running_members(child.pgid, child.keeper.pid());
+                report.info(format_args!(
+                    "the command {}; waiting for the {others} other process{} of its group",
+                    describe(status),
+                    if others == 1 { "" } else { "es" }
+                ));
             }
             group_check = Some(Instant::now() + GROUP_POLL);
         }
         tokio::select! {
             signal = signals.recv() => {
                 if signal == libc::SIGCHLD {
-                    child.reap();
+                    if let Some(stop) = child.reap() {
+                        child.stop_with_command(stop);
+                    }
                     continue;
                 }
-                if is_terminating(signal) {
+                if signal == libc::SIGCONT {
+                    let stopped = child.continued();
+                    if stopped.is_some_and(|time| time >= limits.stop_limit) && !lock_lost {
+                        lock_lost = true;
+                        report.error(format_args!(
+                            "lock lost: zklock was stopped for {}, longer than its session \
+                             can be kept without it; terminating the command",
+                            humantime::format_duration(Duration::from_secs(
+                                stopped.unwrap_or_default().as_secs()
+                            ))
+                        ));
+                        terminate(&child, &mut kill_at);
+                    }
+                } else if is_terminating(signal) {
                     if kill_at.is_some() {
                         child.signal_group(libc::SIGKILL);
                     } else {
-                        kill_at = Some(Instant::now() + kill_after);
+                        kill_at = Some(Instant::now() + limits.kill_after);
                     }
                 }
                 child.signal_group(signal);
             }
             reason = &mut lost, if !lock_lost => {
                 lock_lost = true;
-                on_loss(&reason);
-                child.signal_group(libc::SIGTERM);
-                kill_at.get_or_insert(Instant::now() + kill_after);
+                report.error(format_args!("lock lost: {reason}; terminating the command"));
+                terminate(&child, &mut kill_at);
             }
             () = sleep_until(time_up.unwrap_or_else(far_future)), if time_up.is_some() => {
                 time_up = None;
                 timed_out = true;
-                child.signal_group(libc::SIGTERM);
-                kill_at.get_or_insert(Instant::now() + kill_after);
+                terminate(&child, &mut kill_at);
             }
             () = sleep_until(kill_at.unwrap_or_else(far_future)), if kill_at.is_some() => {
                 child.signal_group(libc::SIGKILL);
@@ -322,6 +441,24 @@ pub async fn supervise(
         Exit::Command(status.code().unwrap_or(0) as u8)
     };
     (exit, child.keeper)
+}
+
+/// The times [`supervise`] keeps to.
+pub struct Limits {
+    /// From a terminating signal or the lock's loss to SIGKILL.
+    pub kill_after: Duration,
+    /// The command's `--max-runtime`, if any.
+    pub max_runtime: Option<Duration>,
+    /// How long zklock may be stopped before it counts the lock as lost.
+    pub stop_limit: Duration,
+}
+
+/// "exited with status N" or "was killed by signal N".
+fn describe(status: ExitStatus) -> String {
+    match status.signal() {
+        Some(signal) => format!("was killed by signal {signal}"),
+        None => format!("exited with status {}", status.code().unwrap_or(0)),
+    }
 }
 
 #[cfg(test)]

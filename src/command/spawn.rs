@@ -31,6 +31,9 @@ struct Plan<'a> {
     terminal: Option<libc::c_int>,
     /// The process group to join; 0 makes a new one led by the child.
     pgid: libc::pid_t,
+    /// Signals (one bit each) the child leaves ignored; see
+    /// `signals::IGNORED_AT_START`.
+    keep_ignored: u64,
     zklock_pid: libc::pid_t,
     /// Set by the child to the errno of its failure before it exits.
     error: AtomicI32,
@@ -75,13 +78,16 @@ impl Prepared {
 }
 
 /// Starts the prepared command with `env` added to our environment
-/// (overriding) in process group `pgid` (0: a new group); returns the
-/// child's pid, or the errno of the failed exec (ENOENT: not found).
+/// (overriding) in process group `pgid` (0: a new group), with the signals
+/// in `keep_ignored` (one bit each) left ignored and every other at its
+/// default; returns the child's pid, or the errno of the failed exec
+/// (ENOENT: not found).
 pub fn launch(
     prepared: &mut Prepared,
     env: &[(&str, String)],
     terminal: Option<libc::c_int>,
     pgid: libc::pid_t,
+    keep_ignored: u64,
 ) -> io::Result<libc::pid_t> {
     let added: Vec<CString> = env
         .iter()
@@ -98,6 +104,7 @@ pub fn launch(
         envp: pointers(environment(&prepared.inherited, &added).into_iter()),
         terminal,
         pgid,
+        keep_ignored,
         // SAFETY: getpid has no preconditions.
         zklock_pid: unsafe { libc::getpid() },
         error: AtomicI32::new(0),
@@ -137,7 +144,7 @@ pub fn launch(
 /// `entry` must allocate nothing and call only async-signal-safe
 /// functions, and `stack` and whatever `arg` points to must stay valid and
 /// untouched by us for as long as the child uses them.
-pub(super) unsafe fn clone_sharing_memory(
+unsafe fn clone_sharing_memory(
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     stack: &mut [u8],
     flags: libc::c_int,
@@ -168,7 +175,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the parent's `Plan`, alive and untouched by the parent
     // (suspended by CLONE_VFORK) until we exec or exit.
     let plan = unsafe { &mut *arg.cast::<Plan<'_>>() };
-    let errno = match prepare_child(plan.zklock_pid, plan.terminal, plan.pgid) {
+    let errno = match prepare_child(plan) {
         Ok(()) => exec_first(plan),
         Err(errno) => errno,
     };
@@ -210,13 +217,12 @@ fn exec_first(plan: &mut Plan<'_>) -> libc::c_int {
 }
 
 /// Everything the command must not inherit from zklock: its signal handlers
-/// and ignored signals (exec keeps SIG_IGN; Rust ignores SIGPIPE), its blocked
-/// signals, its process group and its terminal foreground. Returns an errno.
-fn prepare_child(
-    zklock_pid: libc::pid_t,
-    terminal: Option<libc::c_int>,
-    pgid: libc::pid_t,
-) -> Result<(), libc::c_int> {
+/// and the signals it ignores itself (exec keeps SIG_IGN; Rust ignores
+/// SIGPIPE), its blocked signals, its process group and its terminal
+/// foreground. Signals ignored when zklock started stay ignored. Returns an
+/// errno.
+fn prepare_child(plan: &Plan<'_>) -> Result<(), libc::c_int> {
+    let (terminal, pgid) = (plan.terminal, plan.pgid);
     let errno = || {
         // SAFETY: reading errno after a failed call.
         unsafe { *libc::__errno_location() }
@@ -230,7 +236,8 @@ fn prepare_child(
         // empty mask, whatever the architecture's field order.
         let default = [0u64; 4];
         for signal in 1..=64 {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            let kept = signal < 64 && plan.keep_ignored & (1 << signal) != 0;
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP && !kept {
                 libc::syscall(
                     libc::SYS_rt_sigaction,
                     signal,
@@ -255,7 +262,7 @@ fn prepare_child(
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
             return Err(errno());
         }
-        if libc::getppid() != zklock_pid {
+        if libc::getppid() != plan.zklock_pid {
             return Err(libc::ESRCH);
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -392,7 +399,7 @@ mod tests {
     fn launches_and_reports_exec_failures() {
         let start = |argv: &[&str]| {
             let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            launch(&mut Prepared::new(&argv)?, &[], None, 0)
+            launch(&mut Prepared::new(&argv)?, &[], None, 0, 0)
         };
         let pid = start(&["true"]).expect("true starts");
         let mut status = 0;

@@ -215,17 +215,12 @@ async fn run_command(
     };
     tokio::pin!(lost);
     let report = plan.report;
-    let mut on_loss =
-        |reason: &str| report.error(format_args!("lock lost: {reason}; terminating the command"));
-    let (exit, keeper) = child::supervise(
-        child,
-        signals,
-        lost.as_mut(),
-        policy.kill_after,
-        plan.args.runtime_limit(),
-        &mut on_loss,
-    )
-    .await;
+    let limits = child::Limits {
+        kill_after: policy.kill_after,
+        max_runtime: plan.args.runtime_limit(),
+        stop_limit: policy.grace(),
+    };
+    let (exit, keeper) = child::supervise(child, signals, lost.as_mut(), limits, report).await;
     if exit == Exit::TimedOut {
         report.error(format_args!(
             "the command ran longer than --max-runtime {}; terminated",

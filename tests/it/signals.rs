@@ -272,3 +272,140 @@ fn kill_9_of_zklock_kills_the_command_and_frees_the_lock_within_a_session() {
     assert!(waiter.finish().success());
     assert_no_nodes(&zk, &path);
 }
+
+/// zklock started with `sig` ignored, as `nohup` (HUP) or a shell without job control
+/// running `zklock ... &` (INT, QUIT) start it: `sig` sent to zklock, and to the
+/// command's group, changes nothing; the command finishes and zklock exits 0.
+fn ignored_at_start_stays_ignored(sig: libc::c_int, name: &str) {
+    let zk = inspector();
+    let path = unique_path(&format!("ignored-{name}"));
+    let dir = TempDir::new();
+    let script = r#"echo $$ > "$1/command"
+while [ ! -e "$1/go" ]; do sleep 0.02; done
+echo finished > "$1/done"
+"#;
+    let mut inner = zklock_run(&shared_server().connect_string(), &path);
+    inner.args(["--", "sh", "-c", script, "sh"]).arg(dir.path());
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("trap '' {name}; exec \"$@\""))
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+    let group = KillGroupOnDrop::of(command);
+
+    signal(zklock.id() as i32, sig);
+    signal(-group.0, sig);
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(exit_of(&mut zklock), 0, "SIG{name} ignored at start");
+    assert!(
+        dir.path().join("done").exists(),
+        "the command did not finish"
+    );
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn sighup_ignored_at_start_as_by_nohup_stays_ignored() {
+    ignored_at_start_stays_ignored(libc::SIGHUP, "HUP");
+}
+
+#[test]
+fn sigint_ignored_at_start_as_for_a_background_job_stays_ignored() {
+    ignored_at_start_stays_ignored(libc::SIGINT, "INT");
+}
+
+#[test]
+fn verbose_says_when_it_waits_for_the_rest_of_the_group() {
+    let zk = inspector();
+    let path = unique_path("verbose-straggler");
+    let dir = TempDir::new();
+    let script = r#"sleep 300 &
+echo $! > "$1/straggler"
+exit 3
+"#;
+    let mut cmd: Command = zklock_run(&shared_server().connect_string(), &path);
+    cmd.args(["-v", "--", "sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    let straggler = read_pid_file(&dir.path().join("straggler"), LONG);
+    let _group = KillGroupOnDrop::of(straggler);
+    let stderr = zklock.stderr.take().expect("stderr piped");
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line);
+        }
+    });
+    let expected =
+        "zklock: the command exited with status 3; waiting for the 1 other process of its group";
+    let mut shown = Vec::new();
+    while !shown.iter().any(|line| line == expected) {
+        let line = seen
+            .recv_timeout(LONG)
+            .unwrap_or_else(|_| panic!("no {expected:?} in:\n{}", shown.join("\n")));
+        shown.push(line);
+    }
+    signal(straggler, libc::SIGKILL);
+    assert_eq!(exit_of(&mut zklock), 3);
+    assert_no_nodes(&zk, &path);
+}
+
+/// One field of /proc/PID/stat after the name: 0 is the state.
+fn proc_state(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().next().map(str::to_owned)
+}
+
+#[test]
+fn stopped_past_its_session_zklock_loses_the_lock_and_exits_76_on_resume() {
+    use std::os::unix::process::CommandExt;
+    let zk = inspector();
+    let path = unique_path("stopped-long");
+    let dir = TempDir::new();
+    let script = r#"echo $$ > "$1/command"
+kill -STOP $$
+touch "$1/after"
+"#;
+    let mut cmd: Command = zklock_run(&shared_server().connect_string(), &path);
+    cmd.args(["--session-timeout", "4s", "--kill-after", "0.2s"])
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        // A job of its own, as a shell makes it: `fg` and `bg` continue the group.
+        .process_group(0);
+    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    let zklock_pid = zklock.id() as i32;
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+    let _group = KillGroupOnDrop::of(command);
+    wait_until(LONG, "zklock stopped with its command", || {
+        proc_state(zklock_pid).as_deref() == Some("T")
+    });
+    wait_until(LONG, "the stopped holder's session expired", || {
+        zk.tree(&path).is_empty()
+    });
+    signal(-zklock_pid, libc::SIGCONT);
+    assert_eq!(exit_of(&mut zklock), 76);
+    assert!(wait_pid_gone(command, LONG), "the command outlived zklock");
+    assert!(
+        !dir.path().join("after").exists(),
+        "the command ran on after the lock was lost"
+    );
+}

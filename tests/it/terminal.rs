@@ -4,7 +4,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::{
-    Inspector, Pty, assert_no_nodes, shared_server, unique_path, wait_for_exit, zklock_run,
+    Inspector, Pty, assert_no_nodes, shared_server, unique_path, wait_for_exit, wait_until,
+    zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -53,5 +54,112 @@ fn interactive_command_reads_the_terminal_and_gets_ctrl_c_once() {
         "Ctrl-C must interrupt the command exactly once; terminal showed:\n{shown}"
     );
     assert!(!shown.contains("zklock:"), "terminal showed:\n{shown}");
+    assert_no_nodes(&zk, &path);
+}
+
+/// An interactive bash in a pty, at its prompt, with `zklock` meaning the binary under
+/// test, `-z` set to the shared server.
+fn interactive_shell(pty: &mut Pty) -> crate::harness::KillOnDrop {
+    let zklock = zklock_run(&shared_server().connect_string(), "/unused");
+    let mut cmd = Command::new("bash");
+    cmd.args(["--norc", "--noprofile", "--noediting", "-i"])
+        .env("PS1", "PROMPT> ")
+        .env("HISTFILE", "/dev/null")
+        .env("ZKLOCK_ZOOKEEPER", shared_server().connect_string())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                std::path::Path::new(zklock.get_program())
+                    .parent()
+                    .expect("binary in a directory")
+                    .display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        );
+    let shell = pty.spawn(cmd);
+    pty.read_until("PROMPT> ", LONG);
+    shell
+}
+
+/// /proc/PID/stat's state letter.
+fn proc_state(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().next().map(str::to_owned)
+}
+
+/// Types `line` and waits for what it makes the terminal show (`expect` must not be in
+/// `line` itself, which the terminal echoes).
+fn type_line(pty: &mut Pty, line: &str, expect: &str) -> String {
+    let mark = pty.mark();
+    pty.write(format!("{line}\n").as_bytes());
+    pty.read_until_from(mark, expect, LONG)[mark..].to_owned()
+}
+
+/// The pid zklock's command printed as `zkpid=N` (its parent: zklock).
+fn zklock_pid(shown: &str) -> i32 {
+    let after = shown.rsplit("zkpid=").next().expect("zkpid printed");
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {shown:?}"))
+}
+
+#[test]
+fn ctrl_z_stops_zklock_with_its_command_and_fg_resumes_both() {
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let path = unique_path("ctrl-z");
+    let mut pty = Pty::open();
+    let mut shell = interactive_shell(&mut pty);
+    let shown = type_line(
+        &mut pty,
+        &format!(
+            r#"zklock run {path} -- sh -c 'echo "zkpid=$PPID" re""ady; read x; echo "got $x"'"#
+        ),
+        "ready",
+    );
+    let zklock = zklock_pid(&shown);
+    let mark = pty.mark();
+    pty.write(&[0x1a]);
+    pty.read_until_from(mark, "Stopped", LONG);
+    wait_until(LONG, "zklock stopped", || {
+        proc_state(zklock).as_deref() == Some("T")
+    });
+    type_line(&mut pty, "jobs", "Stopped");
+    type_line(&mut pty, "fg", "zklock run");
+    type_line(&mut pty, "hello", "got hello");
+    type_line(&mut pty, "echo rc=$?", "rc=0");
+    pty.write(b"exit\n");
+    assert!(wait_for_exit(&mut shell, LONG).is_some(), "bash still runs");
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
+fn a_background_run_whose_command_reads_the_terminal_stops_and_fg_resumes_it() {
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let path = unique_path("bg-read");
+    let mut pty = Pty::open();
+    let mut shell = interactive_shell(&mut pty);
+    let shown = type_line(
+        &mut pty,
+        &format!(
+            r#"zklock run {path} -- sh -c 'echo "zkpid=$PPID" re""ady; read x; echo "got $x"' &"#
+        ),
+        "ready",
+    );
+    let zklock = zklock_pid(&shown);
+    // The command reads the terminal in the background: SIGTTIN stops it, and zklock
+    // with it, so that the shell's `jobs` tells the truth.
+    wait_until(LONG, "zklock stopped", || {
+        proc_state(zklock).as_deref() == Some("T")
+    });
+    type_line(&mut pty, "jobs", "Stopped");
+    type_line(&mut pty, "fg", "zklock run");
+    type_line(&mut pty, "hello", "got hello");
+    type_line(&mut pty, "echo rc=$?", "rc=0");
+    pty.write(b"exit\n");
+    assert!(wait_for_exit(&mut shell, LONG).is_some(), "bash still runs");
     assert_no_nodes(&zk, &path);
 }

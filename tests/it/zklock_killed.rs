@@ -1,8 +1,11 @@
-//! zklock killed outright (`kill -9`, as the OOM killer does): every process of the
-//! command's process group goes with it, not only the command, so nothing of the old
-//! command runs beside the next holder once the session expires.
+//! zklock killed outright (`kill -9`, as the OOM killer, `timeout -s KILL` and a CI
+//! runner cancelling a job do): every process of the command's process group goes with
+//! it, not only the command, so nothing of the old command runs beside the next holder
+//! once the session expires. Each way of killing zklock is tried with a pipeline, a
+//! shell sequence and a background child.
 
-use std::process::Stdio;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
@@ -19,19 +22,45 @@ const GONE_WITHIN: Duration = Duration::from_secs(2);
 /// A short session, so that the oracle (no nodes left) does not wait long.
 const SHORT_SESSION: [&str; 4] = ["--session-timeout", "4s", "--kill-after", "0.2s"];
 
+/// How zklock is killed.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// `kill -9 PID`, the OOM killer.
+    Zklock,
+    /// `kill -9 -PGID` of zklock's group: `timeout -s KILL`, a CI runner's cancel.
+    ZklockGroup,
+    /// `pkill -9 zklock` (limited to zklock's session, so that other tests' runs live).
+    ByName,
+}
+
+/// Spawns `zklock run [SHORT_SESSION] PATH -- sh -c SCRIPT sh DIR` as the leader of a
+/// session and process group of its own, as `setsid zklock ...` would.
+fn spawn_own_session(path: &str, script: &str, dir: &std::path::Path) -> KillOnDrop {
+    let mut cmd: Command = zklock_run(&shared_server().connect_string(), path);
+    cmd.args(SHORT_SESSION)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(dir)
+        .stdout(Stdio::null());
+    // SAFETY: setsid is async-signal-safe and takes no arguments.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    KillOnDrop(cmd.spawn().expect("spawn zklock"))
+}
+
 /// Runs `sh -c SCRIPT sh DIR` under zklock, waits until each of `members` wrote its pid
-/// file in DIR (`echo $$ > "$1/NAME"`), kills zklock with SIGKILL, and checks that every
-/// member is gone within the bound, and that no file `after` was made.
-fn every_member_dies_with_zklock(tag: &str, script: &str, members: &[&str]) {
+/// file in DIR (`echo $$ > "$1/NAME"`), kills zklock as `kill` says, and checks that
+/// every member is gone within the bound, and that no file `after` was made.
+fn every_member_dies_with_zklock(tag: &str, script: &str, members: &[&str], kill: Kill) {
     let zk = Inspector::connect(&shared_server().connect_string());
     let path = unique_path(tag);
     let dir = TempDir::new();
-    let mut cmd = zklock_run(&shared_server().connect_string(), &path);
-    cmd.args(SHORT_SESSION)
-        .args(["--", "sh", "-c", script, "sh"])
-        .arg(dir.path())
-        .stdout(Stdio::null());
-    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    let mut zklock = spawn_own_session(&path, script, dir.path());
     let pids: Vec<i32> = members
         .iter()
         .map(|name| read_pid_file(&dir.path().join(name), LONG))
@@ -40,16 +69,27 @@ fn every_member_dies_with_zklock(tag: &str, script: &str, members: &[&str]) {
     let _group = KillGroupOnDrop::of(pids[0]);
 
     let killed = Instant::now();
-    signal(zklock.id() as i32, libc::SIGKILL);
+    let zklock_pid = zklock.id() as i32;
+    match kill {
+        Kill::Zklock => signal(zklock_pid, libc::SIGKILL),
+        Kill::ZklockGroup => signal(-zklock_pid, libc::SIGKILL),
+        Kill::ByName => {
+            let status = Command::new("pkill")
+                .args(["-9", "-s", &zklock_pid.to_string(), "zklock"])
+                .status()
+                .expect("run pkill");
+            assert!(status.success(), "pkill matched nothing: {status}");
+        }
+    }
     for (name, &pid) in members.iter().zip(&pids) {
         assert!(
             wait_pid_gone(pid, GONE_WITHIN.saturating_sub(killed.elapsed())),
-            "{name} (pid {pid}) still runs {:?} after kill -9 of zklock",
+            "{name} (pid {pid}) still runs {:?} after {kill:?} was killed",
             killed.elapsed()
         );
     }
     eprintln!(
-        "{tag}: every member gone {:?} after kill -9",
+        "{tag}: every member gone {:?} after {kill:?} was killed",
         killed.elapsed()
     );
     zklock.wait().expect("reap zklock");
@@ -62,43 +102,89 @@ fn every_member_dies_with_zklock(tag: &str, script: &str, members: &[&str]) {
     });
 }
 
-#[test]
-fn kill_9_of_zklock_kills_every_stage_of_a_pipeline() {
-    every_member_dies_with_zklock(
-        "killed-pipeline",
-        r#"echo $$ > "$1/command"
+const PIPELINE: &str = r#"echo $$ > "$1/command"
 sh -c 'echo $$ > "$1/left"; exec sleep 300' sh "$1" | sh -c 'echo $$ > "$1/right"; exec cat' sh "$1"
 touch "$1/after"
-"#,
-        &["left", "right", "command"],
-    );
-}
+"#;
 
-#[test]
-fn kill_9_of_zklock_kills_the_current_step_of_a_shell_sequence() {
-    // `sh -c 'a; b'`: `a` is the shell's child; `b` must never start.
-    every_member_dies_with_zklock(
-        "killed-sequence",
-        r#"echo $$ > "$1/command"
+/// `sh -c 'a; b'`: `a` is the shell's child; `b` must never start.
+const SEQUENCE: &str = r#"echo $$ > "$1/command"
 sh -c 'echo $$ > "$1/a"; exec sleep 300' sh "$1"
 touch "$1/after"
-"#,
-        &["a", "command"],
-    );
-}
+"#;
 
-#[test]
-fn kill_9_of_zklock_kills_a_background_child() {
-    every_member_dies_with_zklock(
-        "killed-background",
-        r#"sleep 300 &
+const BACKGROUND: &str = r#"sleep 300 &
 echo $! > "$1/background"
 echo $$ > "$1/command"
 wait
 touch "$1/after"
-"#,
-        &["background", "command"],
+"#;
+
+fn pipeline(kill: Kill) {
+    every_member_dies_with_zklock(
+        "killed-pipeline",
+        PIPELINE,
+        &["left", "right", "command"],
+        kill,
     );
+}
+
+fn sequence(kill: Kill) {
+    every_member_dies_with_zklock("killed-sequence", SEQUENCE, &["a", "command"], kill);
+}
+
+fn background(kill: Kill) {
+    every_member_dies_with_zklock(
+        "killed-background",
+        BACKGROUND,
+        &["background", "command"],
+        kill,
+    );
+}
+
+#[test]
+fn kill_9_of_zklock_kills_every_stage_of_a_pipeline() {
+    pipeline(Kill::Zklock);
+}
+
+#[test]
+fn kill_9_of_zklock_kills_the_current_step_of_a_shell_sequence() {
+    sequence(Kill::Zklock);
+}
+
+#[test]
+fn kill_9_of_zklock_kills_a_background_child() {
+    background(Kill::Zklock);
+}
+
+#[test]
+fn kill_9_of_zklocks_process_group_kills_every_stage_of_a_pipeline() {
+    pipeline(Kill::ZklockGroup);
+}
+
+#[test]
+fn kill_9_of_zklocks_process_group_kills_the_current_step_of_a_shell_sequence() {
+    sequence(Kill::ZklockGroup);
+}
+
+#[test]
+fn kill_9_of_zklocks_process_group_kills_a_background_child() {
+    background(Kill::ZklockGroup);
+}
+
+#[test]
+fn pkill_9_zklock_kills_every_stage_of_a_pipeline() {
+    pipeline(Kill::ByName);
+}
+
+#[test]
+fn pkill_9_zklock_kills_the_current_step_of_a_shell_sequence() {
+    sequence(Kill::ByName);
+}
+
+#[test]
+fn pkill_9_zklock_kills_a_background_child() {
+    background(Kill::ByName);
 }
 
 /// `pid`'s parent and process group, from /proc.
@@ -110,7 +196,36 @@ fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
 }
 
 #[test]
-fn the_keeper_holds_the_group_id_from_outside_and_goes_with_a_normal_exit() {
+fn kill_9_of_zklock_and_its_keeper_still_kills_the_command_itself() {
+    // The case the README says is not covered for the command's children: with no
+    // process of ours left, only the command's parent-death signal remains.
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let path = unique_path("killed-both");
+    let dir = TempDir::new();
+    let script = r#"echo $$ > "$1/command"; sleep 300; touch "$1/after""#;
+    let mut zklock = spawn_own_session(&path, script, dir.path());
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+    let _group = KillGroupOnDrop::of(command);
+    let (_, keeper) = parent_and_group(command).expect("command alive");
+    assert_eq!(
+        parent_and_group(keeper).map(|(p, _)| p),
+        Some(zklock.id() as i32)
+    );
+    signal(zklock.id() as i32, libc::SIGKILL);
+    signal(keeper, libc::SIGKILL);
+    assert!(
+        wait_pid_gone(command, GONE_WITHIN),
+        "the command outlived zklock"
+    );
+    zklock.wait().expect("reap zklock");
+    assert!(!dir.path().join("after").exists());
+    wait_until(LONG, "the killed holder's session expired", || {
+        zk.tree(&path).is_empty()
+    });
+}
+
+#[test]
+fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
     let zk = Inspector::connect(&shared_server().connect_string());
     let path = unique_path("keeper");
     let dir = TempDir::new();
@@ -129,16 +244,11 @@ fn the_keeper_holds_the_group_id_from_outside_and_goes_with_a_normal_exit() {
     let _group = KillGroupOnDrop::of(command);
     let (_, group) = parent_and_group(command).expect("command alive");
     assert_ne!(group, command, "the command must join the keeper's group");
-    // The keeper, whose pid is the group's id: zklock's child, in zklock's group (out
-    // of the command's), and running its own copy of the binary (it has a name).
-    let zklock_group = parent_and_group(zklock.id() as i32)
-        .expect("zklock alive")
-        .1;
-    wait_until(LONG, "the keeper left the group and exec'd", || {
-        let comm = std::fs::read_to_string(format!("/proc/{group}/comm")).unwrap_or_default();
-        parent_and_group(group) == Some((zklock.id() as i32, zklock_group))
-            && comm.trim_end() == "zklock-keeper"
-    });
+    // The keeper, whose pid is the group's id: zklock's child, in its own group (the
+    // command's), and named so that `pkill zklock` leaves it alone.
+    let comm = std::fs::read_to_string(format!("/proc/{group}/comm")).unwrap_or_default();
+    assert_eq!(parent_and_group(group), Some((zklock.id() as i32, group)));
+    assert_eq!(comm.trim_end(), "zk-keeper");
     std::fs::write(dir.path().join("go"), "").unwrap();
     let status = crate::harness::wait_for_exit(&mut zklock, LONG).expect("zklock still runs");
     assert_eq!(status.code(), Some(0));

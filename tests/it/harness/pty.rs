@@ -109,8 +109,20 @@ impl Pty {
 
     /// Reads until the output contains `needle`; panics with the output after `timeout`.
     pub fn read_until(&mut self, needle: &str, timeout: Duration) -> String {
+        self.read_until_from(0, needle, timeout)
+    }
+
+    /// How many bytes were read so far: a mark for [`Pty::read_until_from`].
+    pub fn mark(&self) -> usize {
+        self.output.len()
+    }
+
+    /// Reads until the output after byte `mark` contains `needle`; panics with the
+    /// output after `timeout`.
+    pub fn read_until_from(&mut self, mark: usize, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
-        while !self.output().contains(needle) {
+        let found = |pty: &Pty| String::from_utf8_lossy(&pty.output[mark..]).contains(needle);
+        while !found(self) {
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
                 !left.is_zero() && self.read_some(left),
