@@ -236,7 +236,7 @@ fn prepare_child(plan: &Plan<'_>) -> Result<(), libc::c_int> {
         // empty mask, whatever the architecture's field order.
         let default = [0u64; 4];
         for signal in 1..=64 {
-            let kept = signal < 64 && plan.keep_ignored & (1 << signal) != 0;
+            let kept = plan.keep_ignored & crate::command::signals::set(&[signal]) != 0;
             if signal != libc::SIGKILL && signal != libc::SIGSTOP && !kept {
                 libc::syscall(
                     libc::SYS_rt_sigaction,
