@@ -50,7 +50,7 @@ pub struct Prepared {
     /// The program as given, for error messages.
     program: OsString,
     keeper: Keeper,
-    start: spawn::Prepared,
+    command: std::process::Command,
 }
 
 /// A running command and its process group, whose id is its keeper's pid
@@ -76,12 +76,11 @@ impl Child {
         let program = argv
             .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
-        let start = spawn::Prepared::new(argv).map_err(|err| spawn_error(program, err))?;
         let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
             program: program.clone(),
             keeper,
-            start,
+            command: spawn::command(argv),
         })
     }
 
@@ -92,7 +91,7 @@ impl Child {
         let Prepared {
             program,
             mut keeper,
-            mut start,
+            command,
         } = prepared;
         // On failure `keeper` is dropped, which kills it.
         keeper
@@ -101,16 +100,8 @@ impl Child {
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
         let keep_ignored = signals::ignored_at_start_set();
-        let raw_terminal = terminal.map(|fd| std::os::fd::AsRawFd::as_raw_fd(&fd));
-        let pid = spawn::launch(
-            &mut start,
-            env,
-            raw_terminal,
-            pgid.as_raw_pid(),
-            keep_ignored,
-        )
-        .map_err(|err| spawn_error(&program, err))?;
-        let pid = Pid::from_raw(pid).expect("a child's pid is positive");
+        let pid = spawn::launch(command, env, terminal, pgid.as_raw_pid(), keep_ignored)
+            .map_err(|err| spawn_error(&program, err))?;
         let mut child = Child {
             pid,
             pgid,
