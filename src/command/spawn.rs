@@ -64,13 +64,15 @@ pub fn launch(
 /// handlers and the signals it ignores itself (exec keeps SIG_IGN), its
 /// blocked signals, and its terminal's foreground. Signals in
 /// `keep_ignored` (ignored when zklock started) stay ignored. Runs in the
-/// child between fork and exec, already in its process group, with every
-/// signal blocked.
+/// child between fork and exec, already in its process group.
 fn in_child(
     terminal: Option<BorrowedFd<'static>>,
     keep_ignored: u64,
     zklock: Pid,
 ) -> io::Result<()> {
+    // Inherited from the parent (see `launch`); again, for the std
+    // versions that empty the mask before this step.
+    signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     for signal in 1..=64 {
         if signal != libc::SIGKILL
             && signal != libc::SIGSTOP
