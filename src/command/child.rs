@@ -5,12 +5,15 @@
 use std::ffi::OsString;
 use std::future::Future;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::Result;
+use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::termios::{isatty, tcgetpgrp, tcsetpgrp};
 use tokio::time::{Instant, sleep_until};
 
 use crate::command::keeper::Keeper;
@@ -27,22 +30,19 @@ const GROUP_POLL: Duration = Duration::from_millis(20);
 /// terminal back (tcsetpgrp) and write to it from the background. Call it in
 /// the main thread before any other thread exists: threads inherit the mask.
 pub fn block_terminal_stops() {
-    // SAFETY: sigset_t is plain data initialized by sigemptyset before use;
-    // pthread_sigmask only changes this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTTOU);
-        libc::sigaddset(&mut set, libc::SIGTTIN);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    signals::change_mask(
+        libc::SIG_BLOCK,
+        signals::set(&[libc::SIGTTOU, libc::SIGTTIN]),
+    );
 }
 
 /// The terminal whose foreground zklock holds, if any: that is where an
 /// interactive command must be able to read and where Ctrl-C comes from.
-fn foreground_terminal() -> Option<libc::c_int> {
-    // SAFETY: isatty, tcgetpgrp and getpgrp only read process state.
-    (0..=2).find(|&fd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() })
+fn foreground_terminal() -> Option<BorrowedFd<'static>> {
+    use rustix::stdio::{stderr, stdin, stdout};
+    [stdin(), stdout(), stderr()]
+        .into_iter()
+        .find(|&fd| isatty(fd) && tcgetpgrp(fd) == Ok(rustix::process::getpgrp()))
 }
 
 /// What [`Child::spawn`] needs ready before the lock is taken.
@@ -50,18 +50,18 @@ pub struct Prepared {
     /// The program as given, for error messages.
     program: OsString,
     keeper: Keeper,
-    start: spawn::Prepared,
+    command: std::process::Command,
 }
 
 /// A running command and its process group, whose id is its keeper's pid
 /// (keeper.rs: the keeper kills the group if zklock dies).
 pub struct Child {
-    pid: libc::pid_t,
-    pgid: libc::pid_t,
+    pid: Pid,
+    pgid: Pid,
     keeper: Keeper,
     status: Option<ExitStatus>,
     /// The terminal whose foreground the command's group has from us.
-    terminal: Option<libc::c_int>,
+    terminal: Option<BorrowedFd<'static>>,
     /// Since when zklock stopped itself because the command's group stopped.
     stopped_since: Option<Instant>,
 }
@@ -76,12 +76,11 @@ impl Child {
         let program = argv
             .first()
             .ok_or_else(|| Failure::usage("no command given"))?;
-        let start = spawn::Prepared::new(argv).map_err(|err| spawn_error(program, err))?;
         let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
             program: program.clone(),
             keeper,
-            start,
+            command: spawn::command(argv),
         })
     }
 
@@ -92,7 +91,7 @@ impl Child {
         let Prepared {
             program,
             mut keeper,
-            mut start,
+            command,
         } = prepared;
         // On failure `keeper` is dropped, which kills it.
         keeper
@@ -101,7 +100,7 @@ impl Child {
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
         let keep_ignored = signals::ignored_at_start_set();
-        let pid = spawn::launch(&mut start, env, terminal, pgid, keep_ignored)
+        let pid = spawn::launch(command, env, terminal, pgid.as_raw_pid(), keep_ignored)
             .map_err(|err| spawn_error(&program, err))?;
         let mut child = Child {
             pid,
@@ -119,15 +118,16 @@ impl Child {
 
     /// The command's process id (its group's id is the keeper's).
     pub fn pid(&self) -> u32 {
-        self.pid as u32
+        self.pid.as_raw_pid() as u32
     }
 
     /// Sends `signal` to the whole group; no-op once the group is gone (a
     /// process group id cannot be reused while any member is alive).
     fn signal_group(&self, signal: i32) {
-        if self.group_alive() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(-self.pgid, signal) };
+        if let Some(signal) = Signal::from_named_raw(signal)
+            && self.group_alive()
+        {
+            let _ = rustix::process::kill_process_group(self.pgid, signal);
         }
     }
 
@@ -136,9 +136,7 @@ impl Child {
     /// reaps it, which some container inits do late or never. Nor does the
     /// keeper, which stays in the group until zklock ends.
     fn group_alive(&self) -> bool {
-        // SAFETY: signal 0 only checks for existence.
-        let rc = unsafe { libc::kill(-self.pgid, 0) };
-        if rc != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        if rustix::process::test_kill_process_group(self.pgid) == Err(rustix::io::Errno::SRCH) {
             return false;
         }
         running_members(self.pgid, self.keeper.pid()) > 0
@@ -151,24 +149,25 @@ impl Child {
     /// and must be reaped, or as zombies they would keep the process group
     /// alive forever.
     fn reap(&mut self) -> Option<i32> {
-        // SAFETY: getpid has no preconditions.
-        let orphans_are_ours = unsafe { libc::getpid() } == 1;
-        let target = if orphans_are_ours { -1 } else { self.pid };
+        let orphans_are_ours = rustix::process::getpid().is_init();
+        let options = WaitOptions::NOHANG | WaitOptions::UNTRACED;
         let mut stopped = None;
         loop {
-            let mut raw = 0;
-            // SAFETY: waitpid writes the status into a local integer.
-            let pid = unsafe { libc::waitpid(target, &mut raw, libc::WNOHANG | libc::WUNTRACED) };
-            if pid <= 0 {
+            let reaped = if orphans_are_ours {
+                rustix::process::wait(options)
+            } else {
+                rustix::process::waitpid(Some(self.pid), options)
+            };
+            let Ok(Some((pid, status))) = reaped else {
                 return stopped;
-            }
-            if libc::WIFSTOPPED(raw) {
+            };
+            if let Some(signal) = status.stopping_signal() {
                 if pid == self.pid {
-                    stopped = Some(libc::WSTOPSIG(raw));
+                    stopped = Some(signal);
                 }
             } else {
                 if pid == self.pid {
-                    self.status = Some(ExitStatus::from_raw(raw));
+                    self.status = Some(ExitStatus::from_raw(status.as_raw()));
                     self.take_back_terminal();
                 }
                 self.keeper.note_reaped(pid);
@@ -180,19 +179,18 @@ impl Child {
     }
 
     /// Gives the command's group the foreground of `terminal`.
-    fn give_terminal(&mut self, terminal: Option<libc::c_int>) {
+    fn give_terminal(&mut self, terminal: Option<BorrowedFd<'static>>) {
         if let Some(fd) = terminal {
-            // SAFETY: plain syscall on a descriptor found to be a terminal.
-            unsafe { libc::tcsetpgrp(fd, self.pgid) };
+            let _ = tcsetpgrp(fd, self.pgid);
         }
         self.terminal = terminal;
     }
 
     fn take_back_terminal(&mut self) {
         if let Some(fd) = self.terminal.take() {
-            // SAFETY: SIGTTOU is blocked (block_terminal_stops), so a
-            // background tcsetpgrp succeeds instead of stopping us.
-            unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
+            // SIGTTOU is blocked (block_terminal_stops), so a background
+            // tcsetpgrp succeeds instead of stopping us.
+            let _ = tcsetpgrp(fd, rustix::process::getpgrp());
         }
     }
 
@@ -201,9 +199,7 @@ impl Child {
     fn stop_with_command(&mut self, signal: i32) {
         self.take_back_terminal();
         self.stopped_since = Some(Instant::now());
-        // SAFETY: getpid and getpgrp have no preconditions.
-        let (pid, group) = unsafe { (libc::getpid(), libc::getpgrp()) };
-        if pid == 1 {
+        if rustix::process::getpid().is_init() {
             return; // an init cannot be stopped
         }
         // A stop from the terminal (Ctrl-Z, a background read or write)
@@ -214,24 +210,25 @@ impl Child {
         // every process. Any other stop (SIGSTOP, or one we ignore since
         // our start) stops zklock alone, with SIGSTOP.
         let job_control = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
-        let (signal, target) = if job_control && !signals::ignored_at_start(signal) {
-            (signal, if group > 1 { -group } else { pid })
-        } else {
-            (libc::SIGSTOP, pid)
-        };
-        // SAFETY: sigset_t is plain data set up before use; kill has no
-        // memory-safety preconditions. TTIN and TTOU are blocked in this
-        // thread (block_terminal_stops) and in every other, which inherited
-        // the mask: unblocked here, the pending signal stops the process.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::kill(target, signal);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            if matches!(signal, libc::SIGTTIN | libc::SIGTTOU) {
-                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let group = rustix::process::getpgrp();
+        let (signal, whole_group) = match Signal::from_named_raw(signal) {
+            Some(stop) if job_control && !signals::ignored_at_start(signal) => {
+                (stop, !group.is_init())
             }
+            _ => (Signal::STOP, false),
+        };
+        let _ = if whole_group {
+            rustix::process::kill_process_group(group, signal)
+        } else {
+            rustix::process::kill_process(rustix::process::getpid(), signal)
+        };
+        // TTIN and TTOU are blocked in this thread (block_terminal_stops)
+        // and in every other, which inherited the mask: unblocked here, the
+        // pending signal stops the process.
+        let set = signals::set(&[signal.as_raw()]);
+        signals::change_mask(libc::SIG_UNBLOCK, set);
+        if matches!(signal, Signal::TTIN | Signal::TTOU) {
+            signals::change_mask(libc::SIG_BLOCK, set);
         }
     }
 
@@ -249,21 +246,20 @@ impl Child {
 
 /// Scans /proc for the processes of group `pgid` that are not zombies,
 /// nor `keeper`; errs on the side of "alive" (1) when /proc cannot be read.
-fn running_members(pgid: libc::pid_t, keeper: libc::pid_t) -> usize {
+fn running_members(pgid: Pid, keeper: Pid) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 1;
     };
     let running = |entry: &std::fs::DirEntry| {
-        let is_pid = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()) && n.parse() != Ok(keeper));
+        let is_pid = entry.file_name().to_str().is_some_and(|n| {
+            n.bytes().all(|b| b.is_ascii_digit()) && n.parse() != Ok(keeper.as_raw_pid())
+        });
         let stat = if is_pid {
             std::fs::read_to_string(entry.path().join("stat")).ok()
         } else {
             None
         };
-        stat.is_some_and(|stat| running_in_group(&stat, pgid))
+        stat.is_some_and(|stat| running_in_group(&stat, pgid.as_raw_pid()))
     };
     entries.flatten().filter(running).count()
 }

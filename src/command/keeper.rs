@@ -31,6 +31,10 @@ use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
+use rustix::process::{Pid, Signal};
+
+use crate::command::signals;
+
 /// argv[1] of the keeper's hidden mode. Not an option clap knows: `main`
 /// checks for it before parsing, and nobody types it by accident.
 pub const HIDDEN_MODE: &str = "\u{1}zk-keeper";
@@ -66,8 +70,8 @@ impl Keeper {
     }
 
     /// The keeper's pid: the id of the command's process group.
-    pub fn pid(&self) -> libc::pid_t {
-        self.process.id() as libc::pid_t
+    pub fn pid(&self) -> Pid {
+        Pid::from_child(&self.process)
     }
 
     /// Waits until the keeper blocks its signals (it says so with one
@@ -97,7 +101,7 @@ impl Keeper {
 
     /// Whether `pid` was the keeper, now reaped by waitpid(-1); its pid is
     /// free then.
-    pub fn note_reaped(&mut self, pid: libc::pid_t) -> bool {
+    pub fn note_reaped(&mut self, pid: Pid) -> bool {
         let ours = pid == self.pid();
         self.reaped |= ours;
         ours
@@ -123,13 +127,8 @@ pub fn is_hidden_mode() -> bool {
 /// The keeper's hidden mode: blocks every signal, says it is ready, waits
 /// for EOF on stdin (zklock gone), then kills its group.
 pub fn run_hidden_mode() -> ! {
-    // SAFETY: sigset_t is plain data filled by sigfillset before use;
-    // sigprocmask changes only this (single-threaded) process's mask.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-    }
+    // This process has a single thread: its mask is the process's.
+    signals::change_mask(libc::SIG_SETMASK, signals::ALL);
     // For ps and top; exec named it after /proc/self/exe.
     let _ = std::fs::write("/proc/self/comm", NAME);
     let mut stdout = io::stdout();
@@ -143,8 +142,7 @@ pub fn run_hidden_mode() -> ! {
             _ => {}
         }
     }
-    // SAFETY: kill has no memory-safety preconditions. Our pid is the
-    // group's id (see the module comment).
-    unsafe { libc::kill(-(std::process::id() as libc::pid_t), libc::SIGKILL) };
+    // Our group is G: we lead it (see the module comment).
+    let _ = rustix::process::kill_current_process_group(Signal::KILL);
     std::process::exit(0)
 }

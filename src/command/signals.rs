@@ -41,48 +41,79 @@ pub fn aborts_waiting(signal: i32) -> bool {
     FORWARDED.contains(&signal) && signal != libc::SIGWINCH
 }
 
-/// The standard signals ignored (SIG_IGN) when zklock started, one bit
-/// each: `nohup` ignores HUP, a shell without job control INT and QUIT for
-/// a background job. They stay ignored for zklock (no handler, so never
+/// The standard signals ignored (SIG_IGN) when zklock started, as a
+/// [`set`]: `nohup` ignores HUP, a shell without job control INT and QUIT
+/// for a background job. They stay ignored for zklock (no handler, so never
 /// forwarded) and for the command (spawn.rs leaves them ignored), as with
 /// every well-behaved wrapper. Not SIGPIPE: Rust's runtime ignores it
 /// itself, and the command gets it at its default. Not SIGCHLD: zklock
 /// needs it, and a command with it ignored cannot wait for its children.
 static IGNORED_AT_START: AtomicU64 = AtomicU64::new(0);
 
+/// A set of signals as the kernel writes one (and /proc/PID/status shows
+/// it): bit N-1 for signal N.
+pub fn set(signals: &[i32]) -> u64 {
+    signals
+        .iter()
+        .filter(|&&signal| (1..=64).contains(&signal))
+        .fold(0, |set, &signal| set | 1 << (signal - 1))
+}
+
+/// Every signal, as a [`set`].
+pub const ALL: u64 = u64::MAX;
+
 /// Whether `signal` was ignored when zklock started (and so still is,
 /// for zklock). Known once [`Signals::install`] ran; false before.
 pub fn ignored_at_start(signal: i32) -> bool {
-    (1..64).contains(&signal) && IGNORED_AT_START.load(Ordering::Relaxed) & (1 << signal) != 0
+    IGNORED_AT_START.load(Ordering::Relaxed) & set(&[signal]) != 0
 }
 
-/// The bits of [`ignored_at_start`] (for spawn.rs).
+/// [`IGNORED_AT_START`] (for spawn.rs).
 pub fn ignored_at_start_set() -> u64 {
     IGNORED_AT_START.load(Ordering::Relaxed)
 }
 
-/// Reads which standard signals are ignored now; see [`IGNORED_AT_START`].
+/// Reads which standard signals are ignored now, from /proc (the same
+/// dispositions sigaction reports); see [`IGNORED_AT_START`].
 fn record_ignored() {
-    let mut set = 0u64;
-    for signal in 1..32 {
-        if matches!(
-            signal,
-            libc::SIGKILL | libc::SIGSTOP | libc::SIGPIPE | libc::SIGCHLD
-        ) {
-            continue;
+    let ignored = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(line.trim(), 16).ok()
+        })
+        .unwrap_or(0);
+    let standard = (1 << 31) - 1; // signals 1 to 31
+    let never = set(&[libc::SIGKILL, libc::SIGSTOP, libc::SIGPIPE, libc::SIGCHLD]);
+    IGNORED_AT_START.store(ignored & standard & !never, Ordering::Relaxed);
+}
+
+/// Changes the calling thread's signal mask (`how`: `libc::SIG_BLOCK`,
+/// `SIG_UNBLOCK` or `SIG_SETMASK`) with `signals` (a [`set`]); returns the
+/// mask it replaced, as a set. rustix has no stable API for signal masks.
+/// Only async-signal-safe calls, without allocating: spawn.rs calls it
+/// between fork and exec.
+pub fn change_mask(how: libc::c_int, signals: u64) -> u64 {
+    // SAFETY: both sigset_t are plain data, initialized by sigemptyset
+    // before any other use; pthread_sigmask only reads the first, writes
+    // the second and changes this thread's mask.
+    unsafe {
+        let mut new: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut new);
+        libc::sigemptyset(&mut old);
+        for signal in 1..=64 {
+            if signals & set(&[signal]) != 0 {
+                // glibc refuses the two signals it reserves (32, 33): they
+                // stay as they are.
+                libc::sigaddset(&mut new, signal);
+            }
         }
-        // SAFETY: sigaction with a null new action only writes the current
-        // one into a zeroed local.
-        let ignored = unsafe {
-            let mut current: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(signal, std::ptr::null(), &mut current) == 0
-                && current.sa_sigaction == libc::SIG_IGN
-        };
-        if ignored {
-            set |= 1 << signal;
-        }
+        libc::pthread_sigmask(how, &new, &mut old);
+        (1..=64)
+            .filter(|&signal| libc::sigismember(&old, signal) == 1)
+            .fold(0, |mask, signal| mask | set(&[signal]))
     }
-    IGNORED_AT_START.store(set, Ordering::Relaxed);
 }
 
 pub struct Signals {
@@ -136,5 +167,27 @@ impl Signals {
             arrived.sort_by_key(|&s| s == libc::SIGCHLD);
             self.queued = arrived;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_number_signals_as_the_kernel_does() {
+        assert_eq!(set(&[libc::SIGHUP]), 1);
+        assert_eq!(set(&[libc::SIGHUP, libc::SIGINT]), 0b11);
+        assert_eq!(set(&[64]), 1 << 63);
+        assert_eq!(set(&[0, 65]), 0);
+    }
+
+    #[test]
+    fn change_mask_returns_the_mask_it_replaced() {
+        let usr2 = set(&[libc::SIGUSR2]);
+        let before = change_mask(libc::SIG_BLOCK, usr2);
+        let during = change_mask(libc::SIG_SETMASK, before);
+        assert_eq!(during, before | usr2);
+        assert_eq!(change_mask(libc::SIG_BLOCK, 0), before);
     }
 }

@@ -83,6 +83,25 @@ fn command_not_executable_is_126() {
 }
 
 #[test]
+fn executable_file_without_interpreter_line_runs_with_bin_sh() {
+    // As execvp does: the kernel refuses it (ENOEXEC), /bin/sh runs it.
+    let zk = inspector();
+    let dir = TempDir::new();
+    let script = dir.path().join("no-interpreter-line");
+    std::fs::write(&script, "echo \"ran $0 $1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (path, out) = run_once("enoexec", |cmd| {
+        cmd.arg("--").arg(&script).arg("an-argument");
+    });
+    out.assert_code(0);
+    assert_eq!(
+        out.stdout.trim(),
+        format!("ran {} an-argument", script.display())
+    );
+    assert_no_nodes(&zk, &path);
+}
+
+#[test]
 fn shell_string_runs_with_dollar_shell_falling_back_to_bin_sh() {
     let zk = inspector();
     let dir = TempDir::new();
