@@ -10,7 +10,6 @@
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values     exit codes, messages, parsed values
 mod break_lock;
-mod break_record;
 mod cli;
 mod command;
 mod exit;

@@ -5,6 +5,12 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// A duration for people, to the millisecond: `2s 500ms`, never the
+/// nanoseconds humantime would print of a measured duration.
+pub fn human_ms(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(duration.as_millis() as u64))
+}
+
 /// A duration given as humantime (`30s`, `1m 30s`, `250ms`) or as a bare,
 /// possibly fractional, number of seconds (as `flock -w` takes it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

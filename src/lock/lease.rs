@@ -25,6 +25,7 @@ use zookeeper_client as zk;
 
 use crate::lock::acquire::NodeWatch;
 use crate::report::Report;
+use crate::values::human_ms;
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
@@ -132,7 +133,7 @@ impl LeasePolicy {
 pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
 
 fn fmt(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
+    human_ms(d).to_string()
 }
 
 /// When the lease may first read, and watch, a node it has no watch on yet

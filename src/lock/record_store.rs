@@ -131,14 +131,3 @@ pub async fn record(
     }
     bail!("{path} keeps changing; this run is not recorded")
 }
-
-/// Deletes the record, if it is still at `version`; false when it is gone
-/// or changed meanwhile.
-pub async fn delete(client: &zk::Client, lock: &str, version: i32) -> Result<bool> {
-    let path = record_path(lock);
-    match retrying(|| client.delete(&path, Some(version))).await {
-        Ok(()) => Ok(true),
-        Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
-        Err(err) => Err(err).with_context(|| format!("deleting {path}")),
-    }
-}

@@ -15,34 +15,15 @@ use anyhow::Result;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::Plan;
 use super::metrics::Facts;
-use crate::exit::{Exit, Failure};
+use super::plan::Plan;
+use crate::exit::Exit;
 use crate::lock::acquire::Node;
 use crate::lock::directory::HolderData;
 use crate::lock::holder::escape_controls;
-use crate::lock::recipe::LockKind;
 use crate::lock::record::{self, Record, RunRecord, Verdict};
 use crate::lock::record_store::{self, Recorded};
 use crate::values::Seconds;
-
-/// Why `--once-per` cannot go with the rest of the command line, if so.
-pub fn refuse(plan: &Plan<'_>) -> Result<()> {
-    if plan.args.once_per.is_none() {
-        return Ok(());
-    }
-    let why = match (plan.kind, plan.paths.len()) {
-        (LockKind::Semaphore(_), _) => {
-            "--once-per cannot be combined with --limit: a window has exactly one run"
-        }
-        (LockKind::Read, _) => {
-            "--once-per needs an exclusive lock: shared holders could all decide to run"
-        }
-        (_, n) if n > 1 => "--once-per takes exactly one PATH (the record lives beside its lock)",
-        _ => return Ok(()),
-    };
-    Err(Failure::usage(why))
-}
 
 /// A run that may go ahead, to be recorded once the command is done.
 pub struct Pending {

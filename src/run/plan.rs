@@ -62,7 +62,7 @@ impl<'a> Plan<'a> {
             plan.policy(plan.connect.session_timeout)
                 .map_err(Failure::usage)?;
         }
-        super::once::refuse(&plan)?;
+        refuse_once_per(&plan)?;
         Ok(plan)
     }
 
@@ -86,4 +86,22 @@ impl<'a> Plan<'a> {
             None => policy.with_default_kill_after(),
         }
     }
+}
+
+/// Why `--once-per` cannot go with the rest of the command line, if so.
+fn refuse_once_per(plan: &Plan<'_>) -> Result<()> {
+    if plan.args.once_per.is_none() {
+        return Ok(());
+    }
+    let why = match (plan.kind, plan.paths.len()) {
+        (LockKind::Semaphore(_), _) => {
+            "--once-per cannot be combined with --limit: a window has exactly one run"
+        }
+        (LockKind::Read, _) => {
+            "--once-per needs an exclusive lock: shared holders could all decide to run"
+        }
+        (_, n) if n > 1 => "--once-per takes exactly one PATH (the record lives beside its lock)",
+        _ => return Ok(()),
+    };
+    Err(Failure::usage(why))
 }

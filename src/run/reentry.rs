@@ -18,7 +18,9 @@ use anyhow::{Context, Result};
 use zookeeper_client as zk;
 
 use super::ancestor::{self, Claim, Decision, Held, Inherited, Observed};
-use super::{HeldLock, Plan, command_environment, connect, run_command};
+use super::hold::{HeldLock, command_environment, run_command};
+use super::plan::Plan;
+use super::take::connect;
 use crate::command::child::Child;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure};

@@ -9,7 +9,6 @@ use tokio::time::Instant;
 
 use super::give_up::{GivenUp, deadline_after_first_look};
 use super::plan::Plan;
-use super::session_timeout_ms;
 use super::wait_display::WaitDisplay;
 use super::wait_report::WaitReport;
 use crate::command::signals::{Signals, aborts_waiting};
@@ -17,6 +16,7 @@ use crate::exit::{Exit, Failure};
 use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
 use crate::lock::lease::{self, LeasePolicy};
 use crate::session::{Session, is_session_lost};
+use crate::values::human_ms;
 
 pub(super) enum Taken {
     /// Every lock is ours; the nodes are in acquisition order, each with
@@ -142,7 +142,7 @@ pub(super) async fn connect(
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
-            let granted = humantime::format_duration(session_timeout_ms(&session));
+            let granted = human_ms(session.timeout());
             let _ = session.close(&[]).await;
             return Err(Failure::usage(match plan.args.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
@@ -152,7 +152,7 @@ pub(super) async fn connect(
     };
     if plan.args.kill_after.is_none() {
         let kill_after = humantime::format_duration(policy.kill_after);
-        let granted = humantime::format_duration(session_timeout_ms(&session));
+        let granted = human_ms(session.timeout());
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {
