@@ -13,8 +13,7 @@ use crate::exit::{Exit, Failure};
 use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
 use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
-use crate::lock::record::record_path;
-use crate::lock::record_store;
+use crate::lock::record::{self, record_path};
 use crate::present::{self, run_text};
 use crate::report::{print_stdout, say};
 use crate::session::{self, Session, Settings, retrying};
@@ -157,7 +156,7 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
 /// Finds the run record to delete.
 async fn find_record(options: &Settings, lock: &str) -> Result<Option<Target>> {
     let session = Session::connect(options).await?;
-    let found = record_store::read(session.client(), lock).await;
+    let found = record::read(session.client(), lock).await;
     session.close(&[]).await;
     let Some((record, stat)) = found? else {
         say(format_args!("{lock} has no run record; nothing deleted"));

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
-use crate::lock::{inspect, record_store};
+use crate::lock::{inspect, record};
 use crate::present::{self, LockJson};
 use crate::report::print_stdout;
 use crate::session::{self, Session};
@@ -24,7 +24,7 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
         let mut any_taken = false;
         for path in &args.paths {
             let view = inspect::read_lock(session.client(), path.as_str()).await;
-            let record = record_store::read(session.client(), path.as_str()).await;
+            let record = record::read(session.client(), path.as_str()).await;
             let (view, record) = match (view, record) {
                 (Ok(view), Ok(record)) => (view, record),
                 (Err(err), _) | (_, Err(err)) => {

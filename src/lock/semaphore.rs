@@ -7,8 +7,8 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::nodes::{Node, create_ancestors, create_dir, create_node, denied, parent};
+use crate::lock::queue::{Acquired, Observer, Request, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
-use crate::lock::turn::{Acquired, Observer, Request, take_turn};
 use crate::session::retrying;
 
 /// A permit of the semaphore at `request.dir` (Curator's

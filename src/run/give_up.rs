@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::wait_report::WaitReport;
-use crate::lock::acquire::{self, Node};
+use super::wait::WaitReport;
+use crate::lock::queue::{self, Node};
 use crate::report::Report;
 use crate::session::Session;
 use crate::values::human_ms;
@@ -60,7 +60,7 @@ impl GivenUp<'_> {
             let timeout = session.timeout();
             let deleted = Cell::new(false);
             let cleanup = async {
-                deleted.set(session.delete(&acquire::paths(owned)).await);
+                deleted.set(session.delete(&queue::paths(owned)).await);
                 session.close(&[]).await;
             };
             let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
@@ -83,7 +83,7 @@ impl GivenUp<'_> {
         };
         let cleanup = async {
             let holder = observer.holder_description(&session).await;
-            session.close(&acquire::paths(owned)).await;
+            session.close(&queue::paths(owned)).await;
             holder
         };
         let holder = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup)

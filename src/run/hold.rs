@@ -13,8 +13,8 @@ use super::plan::Plan;
 use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
 use crate::exit::Exit;
-use crate::lock::acquire::{Node, NodeWatch};
 use crate::lock::lease::{self, LeasePolicy};
+use crate::lock::queue::{Node, NodeWatch};
 use crate::session::Session;
 
 /// How long the command runs before zklock records the acquisition in its

@@ -1,30 +1,28 @@
 //! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
-mod ancestor;
+mod acquire;
 mod give_up;
 mod hold;
 mod metrics;
+mod nested;
 mod once;
 mod plan;
-mod reentry;
-mod take;
-mod wait_display;
-mod wait_report;
+mod wait;
 
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
 use tokio::time::Instant;
 
+use self::acquire::{Taken, take_locks};
 use self::hold::{HeldLock, command_environment, run_command};
 use self::plan::Plan;
-use self::take::{Taken, take_locks};
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure};
-use crate::lock::acquire::{self, Node};
+use crate::lock::queue::{self, Node};
 use crate::report::Report;
 use crate::values::human_ms;
 
@@ -64,7 +62,7 @@ pub fn run(args: RunArgs) -> Result<Exit> {
 async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
-    if let Some(exit) = reentry::reenter(&plan, &mut signals).await? {
+    if let Some(exit) = nested::reenter(&plan, &mut signals).await? {
         return Ok(exit);
     }
     // Dropped on every way out without the command (which kills its keeper).
@@ -87,11 +85,11 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let record = match once::check(&plan, session.client(), &held, &facts).await {
         Ok(Ok(record)) => record,
         Ok(Err(skipped)) => {
-            session.close(&acquire::paths(&held)).await;
+            session.close(&queue::paths(&held)).await;
             return Ok(skipped);
         }
         Err(err) => {
-            session.close(&acquire::paths(&held)).await;
+            session.close(&queue::paths(&held)).await;
             return Err(err);
         }
     };
@@ -108,7 +106,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let (exit, deleted) = match exit {
         Ok(done) => done,
         Err(err) => {
-            let _ = session.close(&acquire::paths(&held)).await;
+            let _ = session.close(&queue::paths(&held)).await;
             return Err(err);
         }
     };

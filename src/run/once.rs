@@ -18,11 +18,10 @@ use zookeeper_client as zk;
 use super::metrics::Facts;
 use super::plan::Plan;
 use crate::exit::Exit;
-use crate::lock::acquire::Node;
 use crate::lock::directory::HolderData;
 use crate::lock::holder::escape_controls;
-use crate::lock::record::{self, Record, RunRecord, Verdict};
-use crate::lock::record_store::{self, Recorded};
+use crate::lock::queue::Node;
+use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
 use crate::values::Seconds;
 
 /// A run that may go ahead, to be recorded once the command is done.
@@ -47,7 +46,7 @@ pub async fn check(
         return Ok(Ok(None));
     };
     let lock = plan.order[0];
-    let stamped = record_store::stamp(client, lock, &plan.acls).await?;
+    let stamped = record::stamp(client, lock, &plan.acls).await?;
     let window_ms = millis(window.0);
     let retry = plan.args.retry_after.unwrap_or(Seconds(Duration::ZERO));
     let retry_ms = millis(retry.0);
@@ -145,7 +144,7 @@ impl Pending {
             exit_status: exit.code(),
             fencing_token: self.token,
         };
-        match record_store::record(client, &self.lock, self.known, &run, &plan.acls).await {
+        match record::record(client, &self.lock, self.known, &run, &plan.acls).await {
             Ok(Recorded::Done) if exit == Exit::Command(0) => {
                 self.facts.last_success(Some(run.start_ms));
             }

@@ -9,12 +9,11 @@ use tokio::time::Instant;
 
 use super::give_up::{GivenUp, deadline_after_first_look};
 use super::plan::Plan;
-use super::wait_display::WaitDisplay;
-use super::wait_report::WaitReport;
+use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure};
-use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
 use crate::lock::lease::{self, LeasePolicy};
+use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
 use crate::session::{Session, is_session_lost};
 use crate::values::human_ms;
 
@@ -49,7 +48,7 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
         let waited = tokio::select! {
-            result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
+            result = take_in_order(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
             () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
             () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
@@ -80,24 +79,24 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&queue::paths(&owned)).await;
                 return Ok(Taken::Ended(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&queue::paths(&owned)).await;
                 report.info(format_args!(
                     "our node vanished while waiting; queueing again in a new session"
                 ));
             }
             Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&queue::paths(&owned)).await;
                 report.info(format_args!(
                     "session lost while waiting ({err:#}); queueing again"
                 ));
             }
             Waited::Done(Err(err)) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
-                if err.downcast_ref::<acquire::MissingChroot>().is_some() {
+                let _ = session.close(&queue::paths(&owned)).await;
+                if err.downcast_ref::<queue::MissingChroot>().is_some() {
                     let hosts = &plan.connect.hosts;
                     return Err(Failure::usage(format!(
                         "the chroot {} given with -z does not exist at {}",
@@ -171,7 +170,7 @@ pub(super) async fn connect(
 
 /// Takes the locks one by one in acquisition order. On success `owned`
 /// holds exactly the held nodes, in that order.
-async fn acquire_all(
+async fn take_in_order(
     plan: &Plan<'_>,
     client: &zookeeper_client::Client,
     owned: &mut Vec<Node>,
@@ -189,7 +188,7 @@ async fn acquire_all(
             wait: plan.wait,
             acls: &plan.acls,
         };
-        last = acquire::acquire(&request, owned, observer).await?;
+        last = crate::lock::acquire(&request, owned, observer).await?;
         match &mut last {
             Acquired::Held(_, watch) => watches.push(watch.take()),
             _ => return Ok(last),

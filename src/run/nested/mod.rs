@@ -14,17 +14,19 @@
 //! run through another ensemble or chroot finds nothing and takes its locks
 //! as usual.
 
+mod claims;
+
 use anyhow::{Context, Result};
 use zookeeper_client as zk;
 
-use super::ancestor::{self, Claim, Decision, Held, Inherited, Observed};
+use self::claims::{Claim, Decision, Held, Inherited, Observed};
+use super::acquire::connect;
 use super::hold::{HeldLock, command_environment, run_command};
 use super::plan::Plan;
-use super::take::connect;
 use crate::command::child::Child;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure};
-use crate::lock::acquire::Node;
+use crate::lock::queue::Node;
 use crate::lock::recipe;
 use crate::session::retrying;
 
@@ -33,7 +35,7 @@ use crate::session::retrying;
 /// usual path (`None`). Connects only when the environment claims one of
 /// the requested paths.
 pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Exit>> {
-    let claims = ancestor::claims(&Inherited::from_env(), &plan.paths);
+    let claims = claims::claims(&Inherited::from_env(), &plan.paths);
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
         return Ok(None);
     };
@@ -45,7 +47,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     for claim in &claims {
         let verdict = match claim {
             Some(claim) => match observe(session.client(), claim).await {
-                Ok(observed) => Some(ancestor::verdict(claim, plan.kind, &observed)),
+                Ok(observed) => Some(claims::verdict(claim, plan.kind, &observed)),
                 Err(err) => {
                     let _ = session.close(&[]).await;
                     return Err(err);
@@ -55,7 +57,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
         };
         verdicts.push(verdict);
     }
-    let held = match ancestor::decide(&plan.paths, plan.kind, &verdicts) {
+    let held = match claims::decide(&plan.paths, plan.kind, &verdicts) {
         Decision::Normal => {
             let _ = session.close(&[]).await;
             return Ok(None);

@@ -1,5 +1,7 @@
-//! Waiting for a turn in a lock directory: the plain lock loop (exclusive,
-//! read and write locks, and a semaphore's gate), the vocabulary of a wait
+//! The lock loop (docs/design.md, "The lock recipe"): [`take_turn`] queues
+//! a node and waits until nothing that excludes it precedes it, over the
+//! pure helpers of `recipe.rs`; for exclusive, read and write locks and for
+//! a semaphore's gate (`semaphore.rs`). Also the vocabulary of a wait
 //! (request, outcome, observer) and the watches it leaves for the lease.
 
 use std::future::Future;
@@ -11,7 +13,8 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::holder::Seen;
-use crate::lock::nodes::{Node, create_node, denied};
+pub use crate::lock::nodes::{MissingChroot, Node, paths};
+use crate::lock::nodes::{create_node, denied};
 use crate::lock::recipe::{self, LockKind, Standing};
 use crate::session::retrying;
 
