@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use zookeeper_client as zk;
 
 use crate::cli::BreakArgs;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, Step};
 use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
 use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
@@ -45,8 +45,9 @@ pub fn break_lock(args: BreakArgs) -> Result<Exit> {
         true => session::block_on(find_record(&options, lock))?,
         false => session::block_on(find_node(&options, lock, args.node.as_deref()))?,
     };
-    let Some(target) = found else {
-        return Ok(Exit::NotDeleted);
+    let target = match found {
+        Step::Go(target) => target,
+        Step::End(exit) => return Ok(exit),
     };
     if !args.yes {
         if !std::io::stdin().is_terminal() {
@@ -84,7 +85,7 @@ pub fn break_lock(args: BreakArgs) -> Result<Exit> {
 }
 
 /// Finds the node to delete: the named one, or the only holder.
-async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result<Option<Target>> {
+async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result<Step<Target>> {
     let session = Session::connect(options).await?;
     let view = inspect::read_lock(session.client(), lock).await;
     session.close(&[]).await;
@@ -129,7 +130,7 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
             Some(name) => say(format_args!("{lock} has no node {name}; nothing deleted")),
             None => say(format_args!("{lock} is free; nothing deleted")),
         }
-        return Ok(None);
+        return Ok(Step::End(Exit::NotDeleted));
     };
     let header = present::lock_text(&json);
     let header = header.lines().next().unwrap_or_default();
@@ -143,7 +144,7 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
         ),
         (false, _) => format!("deleted waiter node {path}"),
     };
-    Ok(Some(Target {
+    Ok(Step::Go(Target {
         path,
         shown: Shown::Node {
             czxid: entry.node.stat.czxid,
@@ -154,13 +155,13 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
 }
 
 /// Finds the run record to delete.
-async fn find_record(options: &Settings, lock: &str) -> Result<Option<Target>> {
+async fn find_record(options: &Settings, lock: &str) -> Result<Step<Target>> {
     let session = Session::connect(options).await?;
     let found = record::read(session.client(), lock).await;
     session.close(&[]).await;
     let Some((record, stat)) = found? else {
         say(format_args!("{lock} has no run record; nothing deleted"));
-        return Ok(None);
+        return Ok(Step::End(Exit::NotDeleted));
     };
     let path = record_path(lock);
     let mut text = format!("{lock}: run record {path}\n");
@@ -172,7 +173,7 @@ async fn find_record(options: &Settings, lock: &str) -> Result<Option<Target>> {
             text.push_str(&format!("  {what}: {}\n", run_text(run)));
         }
     }
-    Ok(Some(Target {
+    Ok(Step::Go(Target {
         done: format!("deleted {path}"),
         path,
         shown: Shown::Record {

@@ -38,6 +38,16 @@ pub enum Exit {
     NotDeleted,
 }
 
+/// What a step of `zklock run` leads to, short of a failure: go on with
+/// its result, or end zklock with this exit (a signal, a lock not taken, a
+/// run skipped). Failures stay errors.
+#[derive(Debug)]
+#[must_use]
+pub enum Step<T> {
+    Go(T),
+    End(Exit),
+}
+
 /// The documented default of `-E/--conflict-exit-code` (EX_TEMPFAIL).
 pub const CONFLICT_DEFAULT: u8 = 75;
 

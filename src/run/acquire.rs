@@ -11,23 +11,25 @@ use super::give_up::{GivenUp, deadline_after_first_look};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
 use crate::session::{Session, is_session_lost};
 use crate::values::human_ms;
 
-pub(super) enum Taken {
-    /// Every lock is ours; the nodes are in acquisition order, each with
-    /// the watch set on it while waiting, if any.
-    Held(Box<Session>, Vec<Node>, Vec<Option<NodeWatch>>, LeasePolicy),
-    /// zklock ends without running the command.
-    Ended(Exit),
+/// Every lock taken, in the session that holds them.
+pub(super) struct Taken {
+    pub(super) session: Session,
+    /// The nodes, in acquisition order.
+    pub(super) held: Vec<Node>,
+    /// The watch set on each node while waiting, if any, by position.
+    pub(super) watches: Vec<Option<NodeWatch>>,
+    pub(super) policy: LeasePolicy,
 }
 
 /// Connects and takes every lock under one deadline. A lost session or node
 /// while waiting means queueing again in a new session, deadline allowing.
-pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
+pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Taken>> {
     let report = plan.report;
     let deadline = plan
         .args
@@ -39,8 +41,8 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
     let display = Rc::new(WaitDisplay::new(report, plan.wait));
     loop {
         let (session, policy) = match connect(plan, signals).await? {
-            Ok(connected) => connected,
-            Err(exit) => return Ok(Taken::Ended(exit)),
+            Step::Go(connected) => connected,
+            Step::End(exit) => return Ok(Step::End(exit)),
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
@@ -67,7 +69,12 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
             .unwrap_or_else(|| plan.order.join(" "));
         match waited {
             Waited::Done(Ok(Acquired::Held(..))) => {
-                return Ok(Taken::Held(Box::new(session), owned, watches, policy));
+                return Ok(Step::Go(Taken {
+                    session,
+                    held: owned,
+                    watches,
+                    policy,
+                }));
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
                 let given_up = GivenUp {
@@ -76,11 +83,11 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                     unreachable_since: unreachable_since.get(),
                 };
                 given_up.end(session, &owned, &observer, report).await;
-                return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
                 let _ = session.close(&queue::paths(&owned)).await;
-                return Ok(Taken::Ended(Exit::Signal(signal)));
+                return Ok(Step::End(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
                 let _ = session.close(&queue::paths(&owned)).await;
@@ -112,21 +119,21 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 "timed out waiting for {}",
                 plan.order.join(" ")
             ));
-            return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+            return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
         }
     }
 }
 
 /// Connects, and applies the lease rule to the granted session timeout
 /// (refusing a --kill-after that does not fit; choosing one if unset);
-/// `Err(exit)` when a signal ended zklock meanwhile.
+/// ends when a signal ends zklock meanwhile.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     signals: &mut Signals,
-) -> Result<Result<(Session, LeasePolicy), Exit>> {
+) -> Result<Step<(Session, LeasePolicy)>> {
     let session = tokio::select! {
         session = Session::connect(&plan.connect) => session?,
-        signal = abort_signal(signals) => return Ok(Err(Exit::Signal(signal))),
+        signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     plan.report.info(format_args!(
         "connected to {} (session {:#x}, timeout {})",
@@ -165,7 +172,7 @@ pub(super) async fn connect(
         plan.report
             .info(format_args!("--kill-after not given: {kill_after} ({why})"));
     }
-    Ok(Ok((session, policy)))
+    Ok(Step::Go((session, policy)))
 }
 
 /// Takes the locks one by one in acquisition order. On success `owned`

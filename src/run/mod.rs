@@ -21,7 +21,7 @@ use self::plan::Plan;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::Signals;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, Step};
 use crate::lock::queue::{self, Node};
 use crate::report::Report;
 use crate::values::human_ms;
@@ -62,15 +62,20 @@ pub fn run(args: RunArgs) -> Result<Exit> {
 async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let mut signals = Signals::install()?;
     let plan = Plan::new(&args)?;
-    if let Some(exit) = nested::reenter(&plan, &mut signals).await? {
+    if let Step::End(exit) = nested::reenter(&plan, &mut signals).await? {
         return Ok(exit);
     }
     // Dropped on every way out without the command (which kills its keeper).
     let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
-    let (session, held, watches, policy) = match take_locks(&plan, &mut signals).await? {
-        Taken::Held(session, held, watches, policy) => (*session, held, watches, policy),
-        Taken::Ended(exit) => return Ok(exit),
+    let Taken {
+        session,
+        held,
+        watches,
+        policy,
+    } = match take_locks(&plan, &mut signals).await? {
+        Step::Go(taken) => taken,
+        Step::End(exit) => return Ok(exit),
     };
     for node in &held {
         plan.report.info(format_args!(
@@ -83,8 +88,8 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let env = command_environment(&plan.paths, &plan.order, &held, session.id());
     facts.acquired(first_token(&plan, &held));
     let record = match once::check(&plan, session.client(), &held, &facts).await {
-        Ok(Ok(record)) => record,
-        Ok(Err(skipped)) => {
+        Ok(Step::Go(record)) => record,
+        Ok(Step::End(skipped)) => {
             session.close(&queue::paths(&held)).await;
             return Ok(skipped);
         }

@@ -17,7 +17,7 @@ use zookeeper_client as zk;
 
 use super::metrics::Facts;
 use super::plan::Plan;
-use crate::exit::Exit;
+use crate::exit::{Exit, Step};
 use crate::lock::directory::HolderData;
 use crate::lock::holder::escape_controls;
 use crate::lock::queue::Node;
@@ -35,15 +35,15 @@ pub struct Pending {
 }
 
 /// Decides, holding the lock on `held`, whether the command runs:
-/// `Ok(None)` without `--once-per`, `Err(exit)` when it is skipped.
+/// no pending run without `--once-per`; the end when it is skipped.
 pub async fn check(
     plan: &Plan<'_>,
     client: &zk::Client,
     held: &[Node],
     facts: &Rc<Facts>,
-) -> Result<Result<Option<Pending>, Exit>> {
+) -> Result<Step<Option<Pending>>> {
     let (Some(window), Some(node)) = (plan.args.once_per, held.first()) else {
-        return Ok(Ok(None));
+        return Ok(Step::Go(None));
     };
     let lock = plan.order[0];
     let stamped = record::stamp(client, lock, &plan.acls).await?;
@@ -58,7 +58,7 @@ pub async fn check(
     let skip = |why: std::fmt::Arguments<'_>| {
         facts.skipped();
         plan.report.note(format_args!("not running: {lock} {why}"));
-        Ok(Err(Exit::Conflict(plan.args.conflict_exit_code)))
+        Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)))
     };
     match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {
         Verdict::Skip { last, ago_ms } => skip(format_args!(
@@ -83,7 +83,7 @@ pub async fn check(
                     who(&last),
                 ));
             }
-            Ok(Ok(Some(Pending {
+            Ok(Step::Go(Some(Pending {
                 lock: lock.to_owned(),
                 known: Some((stamped.record, stamped.version)),
                 start_ms: stamped.now_ms,

@@ -25,23 +25,23 @@ use super::hold::{HeldLock, command_environment, run_command};
 use super::plan::Plan;
 use crate::command::child::Child;
 use crate::command::signals::Signals;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Failure, Step};
 use crate::lock::queue::Node;
 use crate::lock::recipe;
 use crate::session::retrying;
 
 /// Runs the command under the enclosing run's locks if it holds them all
-/// (`Some(exit)`), refuses if that cannot work, or leaves the run to the
-/// usual path (`None`). Connects only when the environment claims one of
+/// (and ends with its exit), refuses if that cannot work, or leaves the run
+/// to the usual path (goes on). Connects only when the environment claims one of
 /// the requested paths.
-pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Exit>> {
+pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>> {
     let claims = claims::claims(&Inherited::from_env(), &plan.paths);
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
-        return Ok(None);
+        return Ok(Step::Go(()));
     };
     let (session, policy) = match connect(plan, signals).await? {
-        Ok(connected) => connected,
-        Err(exit) => return Ok(Some(exit)),
+        Step::Go(connected) => connected,
+        Step::End(exit) => return Ok(Step::End(exit)),
     };
     let mut verdicts = Vec::new();
     for claim in &claims {
@@ -60,7 +60,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     let held = match claims::decide(&plan.paths, plan.kind, &verdicts) {
         Decision::Normal => {
             let _ = session.close(&[]).await;
-            return Ok(None);
+            return Ok(Step::Go(()));
         }
         Decision::Refuse(message) => {
             let _ = session.close(&[]).await;
@@ -97,7 +97,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     let prepared = Child::prepare(&plan.argv)?;
     let exit = run_command(plan, signals, &session, lock, policy, &env, prepared).await;
     let _ = session.close(&[]).await;
-    exit.map(|(exit, _)| Some(exit))
+    exit.map(|(exit, _)| Step::End(exit))
 }
 
 /// Reads what decides a claim, after a sync: a new session may be served
