@@ -12,7 +12,7 @@ use crate::cli::BreakArgs;
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
-use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::lock::record::{self, record_path};
 use crate::present::{self, run_text};
 use crate::report::{print_stdout, say};
@@ -100,8 +100,8 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     // Where an entry's node is: its full path is what `run -v` prints and
     // `--node` accepts, as well as the name alone.
     let dir = |entry: &Entry| match (view.kind, entry.kind) {
-        (PathKind::Semaphore { .. }, EntryKind::Lease) => format!("{lock}/{SEMAPHORE_LEASES}"),
-        (PathKind::Semaphore { .. }, _) => format!("{lock}/{SEMAPHORE_GATE}"),
+        (PathKind::Semaphore { .. }, EntryKind::Lease) => recipe::child(lock, SEMAPHORE_LEASES),
+        (PathKind::Semaphore { .. }, _) => recipe::child(lock, SEMAPHORE_GATE),
         _ => lock.to_owned(),
     };
     if let Some(name) = name.filter(|n| n.contains('/')) {
@@ -112,9 +112,9 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
         }
     }
     let chosen = match name {
-        Some(name) => entries.iter().position(|(e, _)| {
-            e.node.name == name || format!("{}/{}", dir(e), e.node.name) == name
-        }),
+        Some(name) => entries
+            .iter()
+            .position(|(e, _)| e.node.name == name || recipe::child(&dir(e), &e.node.name) == name),
         None => match view.holders.len() {
             0 => None,
             1 => Some(0),
@@ -134,7 +134,7 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     };
     let header = present::lock_text(&json);
     let header = header.lines().next().unwrap_or_default();
-    let path = format!("{}/{}", dir(entry), entry.node.name);
+    let path = recipe::child(&dir(entry), &entry.node.name);
     // A holder's zklock stops its command (76); a zklock waiter whose node
     // disappears queues again, so deleting it only sends it to the back.
     let done = match (at < view.holders.len(), entry.client) {

@@ -2,13 +2,14 @@
 //! JSON documents (serde structs; field names are a public contract, listed
 //! in the README) and the text lines.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::lock::directory::{Client, Entry, EntryKind, HolderData, LockView, PathKind};
 use crate::lock::holder::escape_controls;
 use crate::lock::record::RunRecord;
+use crate::values::{Precision, rfc3339, server_time};
 
 /// One lock path in `zklock status --json`.
 #[derive(Debug, Serialize)]
@@ -99,7 +100,7 @@ fn entry_json(entry: &Entry, position: usize, held: bool, now: SystemTime) -> En
         client: entry.client,
         fencing_token: entry.node.stat.czxid,
         session_id: format!("{:#x}", entry.node.stat.ephemeral_owner),
-        since: rfc3339(entry.since),
+        since: rfc3339(server_time(entry.since), Precision::Seconds),
         held_seconds: held.then_some(age),
         waited_seconds: (!held).then_some(age),
         holder: entry.holder.clone(),
@@ -117,18 +118,10 @@ fn foreign_data(data: &[u8]) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// Server milliseconds since the epoch as RFC 3339, UTC, to the second.
-pub fn rfc3339(millis: i64) -> String {
-    let time = UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64);
-    humantime::format_rfc3339_seconds(time).to_string()
-}
-
 /// Seconds from a server time to `now`, never negative (clocks differ).
 pub fn age_seconds(millis: i64, now: SystemTime) -> f64 {
-    let now_ms = now
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    ((now_ms - millis).max(0) as f64) / 1000.0
+    let age = now.duration_since(server_time(millis)).unwrap_or_default();
+    age.as_millis() as f64 / 1000.0
 }
 
 /// `3m 12s`: whole seconds, for people.
@@ -233,6 +226,8 @@ pub fn holder_text(holder: &HolderData) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
+
     use crate::lock::directory::{ChildNode, NodeStat, plain_lock};
 
     #[test]

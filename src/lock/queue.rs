@@ -6,9 +6,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context as TaskContext, Waker};
 
 use anyhow::{Context, Result};
+use futures::FutureExt;
 use zookeeper_client as zk;
 
 use crate::exit::Failure;
@@ -92,9 +92,9 @@ pub async fn take_turn(
                 ahead,
                 first,
             } => (
-                format!("{dir}/{predecessor}"),
+                recipe::child(dir, predecessor),
                 ahead,
-                format!("{dir}/{first}"),
+                recipe::child(dir, first),
             ),
         };
         // Not kept while we wait, which may be for hours: with 2,000 waiters
@@ -131,7 +131,8 @@ pub async fn take_turn(
             };
             // Events come in the order of the changes they report: with none
             // for our node, it was still there when the node ahead went.
-            if fired(&mut own_watch_now) {
+            // A watch found fired is spent: drop it.
+            if own_watch_now.as_mut().now_or_never().is_some() {
                 continue 'queue;
             }
             own_watch = Some(own_watch_now);
@@ -178,13 +179,6 @@ async fn watch_own(
         Ok(_) | Err(zk::Error::NoNode) => Ok(None),
         Err(err) => Err(err).context("watching our node"),
     }
-}
-
-/// Whether the watch's event has come, without waiting for it. A watch
-/// found fired is spent: drop it.
-fn fired(watch: &mut NodeWatch) -> bool {
-    let mut context = TaskContext::from_waker(Waker::noop());
-    watch.as_mut().poll(&mut context).is_ready()
 }
 
 /// A plain lock asked for on a semaphore's path would not exclude the

@@ -50,6 +50,14 @@ pub fn node_prefix(marker: &str, uuid: &str) -> String {
     format!("_c_{uuid}{marker}")
 }
 
+/// The path of the child `name` of the node at `dir`.
+pub fn child(dir: &str, name: &str) -> String {
+    match dir {
+        "/" => format!("/{name}"),
+        _ => format!("{dir}/{name}"),
+    }
+}
+
 /// A child of a lock directory that takes part in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contender<'a> {
@@ -202,6 +210,15 @@ pub fn acquisition_order<'a>(paths: &[&'a str]) -> Vec<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn child_paths() {
+        assert_eq!(
+            child("/locks/x", "_c_u-lock-0000000001"),
+            "/locks/x/_c_u-lock-0000000001"
+        );
+        assert_eq!(child("/", "zklock.record"), "/zklock.record");
+    }
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

@@ -17,6 +17,7 @@ use zookeeper_client as zk;
 
 use crate::lock::directory::NodeStat;
 use crate::lock::inspect::node_stat;
+use crate::lock::recipe;
 use crate::session::retrying;
 
 /// The record's name under the lock path.
@@ -24,11 +25,7 @@ pub const RECORD: &str = "zklock.record";
 
 /// The record's path for a lock path.
 pub fn record_path(lock: &str) -> String {
-    if lock == "/" {
-        format!("/{RECORD}")
-    } else {
-        format!("{lock}/{RECORD}")
-    }
+    recipe::child(lock, RECORD)
 }
 
 /// What the record node holds, as JSON (field names are a public contract,
@@ -164,12 +161,6 @@ pub fn reported_success(record: &Record, now_ms: i64, window_ms: i64) -> Option<
     }
 }
 
-/// Server milliseconds since the epoch as RFC 3339, UTC, to the millisecond.
-pub fn rfc3339_ms(millis: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(millis.max(0) as u64);
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
 /// Versioned writes that keep failing mean someone else keeps writing the
 /// record: give up rather than spin.
 const TRIES: usize = 10;
@@ -295,7 +286,7 @@ pub async fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
+    use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
 
     fn run(start_ms: i64, exit_status: u8, token: i64) -> RunRecord {
         RunRecord {

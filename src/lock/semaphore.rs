@@ -24,9 +24,9 @@ pub async fn acquire_permit(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
+    let gate_dir = recipe::child(request.dir, SEMAPHORE_GATE);
     claim_semaphore(client, request.dir, limit, request.acls).await?;
-    let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
+    let leases = recipe::child(request.dir, SEMAPHORE_LEASES);
     let taken = match request.wait {
         true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
         false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, observer).await?,
@@ -126,7 +126,7 @@ async fn gate_without_waiting(
         let predecessor = match recipe::standing(&queue, gate.name()) {
             Standing::Held => return Ok(Acquired::Held(gate, None)),
             Standing::Missing => return Ok(Acquired::Lost),
-            Standing::Waiting { predecessor, .. } => format!("{gate_dir}/{predecessor}"),
+            Standing::Waiting { predecessor, .. } => recipe::child(gate_dir, predecessor),
         };
         // One round trip for both: the look at the pool and the watch on the
         // node ahead.

@@ -22,7 +22,8 @@ use crate::lock::directory::HolderData;
 use crate::lock::holder::escape_controls;
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
-use crate::values::Seconds;
+use crate::values::Precision::Millis;
+use crate::values::{Seconds, rfc3339, server_time};
 
 /// A run that may go ahead, to be recorded once the command is done.
 pub struct Pending {
@@ -72,7 +73,10 @@ pub async fn check(
             when(ago_ms),
             who(&failed),
             failed.exit_status,
-            record::rfc3339_ms(failed.start_ms.saturating_add(retry_ms)),
+            rfc3339(
+                server_time(failed.start_ms.saturating_add(retry_ms)),
+                Millis
+            ),
         )),
         verdict => {
             if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
@@ -136,9 +140,9 @@ impl Pending {
         let end_ms = self.start_ms + self.started.elapsed().as_millis() as i64;
         let run = RunRecord {
             start_ms: self.start_ms,
-            start: record::rfc3339_ms(self.start_ms),
+            start: rfc3339(server_time(self.start_ms), Millis),
             end_ms,
-            end: record::rfc3339_ms(end_ms),
+            end: rfc3339(server_time(end_ms), Millis),
             host: me.host.unwrap_or_default(),
             user: me.user,
             exit_status: exit.code(),

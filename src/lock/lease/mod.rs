@@ -20,9 +20,9 @@ mod policy;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
+use futures::future::select_all;
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
@@ -30,6 +30,7 @@ pub use self::policy::{DEFAULT_KILL_AFTER, LeasePolicy, OnDisconnect};
 use crate::lock::queue::NodeWatch;
 use crate::report::Report;
 use crate::session::{Settings, is_connection_loss, is_session_lost, retrying};
+use crate::values::{Precision, rfc3339};
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
@@ -160,7 +161,7 @@ pub async fn lost(
 /// deadline as a time of day (UTC: the same on every host's log) and from now.
 fn say_lost(report: Report, policy: LeasePolicy) {
     let grace = policy.grace();
-    let until = humantime::format_rfc3339_seconds(SystemTime::now() + grace).to_string();
+    let until = rfc3339(SystemTime::now() + grace, Precision::Seconds);
     // `YYYY-MM-DDTHH:MM:SSZ`: the time of day is all a reader needs here.
     let time = until.get(11..19).unwrap_or(&until);
     report.info(format_args!(
@@ -236,7 +237,7 @@ async fn any_node_lost(
         return nodes_lost_polling(client, nodes, owner, interval).await;
     }
     watches.resize_with(nodes.len(), || None);
-    let mut checks: Vec<_> = nodes
+    let checks: Vec<_> = nodes
         .iter()
         .zip(watches)
         .map(|(node, watch)| {
@@ -250,16 +251,10 @@ async fn any_node_lost(
             })
         })
         .collect();
-    std::future::poll_fn(|cx| {
-        checks
-            .iter_mut()
-            .find_map(|check| match check.as_mut().poll(cx) {
-                Poll::Ready(reason) => Some(Poll::Ready(reason)),
-                Poll::Pending => None,
-            })
-            .unwrap_or(Poll::Pending)
-    })
-    .await
+    if checks.is_empty() {
+        return std::future::pending().await; // select_all needs one
+    }
+    select_all(checks).await.0
 }
 
 /// Reads our nodes every `interval` (without a watch) until one is gone or
