@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::lock::directory::{Client, Entry, EntryKind, HolderData, LockView, PathKind};
-use crate::lock::holder::escape_controls;
+use crate::lock::holder::{Detail, escape_controls, on_host};
 use crate::lock::record::RunRecord;
 use crate::values::{Precision, rfc3339, server_time};
 
@@ -160,16 +160,11 @@ pub fn lock_text(json: &LockJson) -> String {
 /// `2026-11-23T02:00:00.123Z for 3m 2s on web1 (user deploy), exit 0, token 42`.
 pub fn run_text(run: &RunRecord) -> String {
     let took = Duration::from_secs((run.end_ms - run.start_ms).max(0) as u64 / 1000);
-    let user = run
-        .user
-        .as_deref()
-        .map(|u| format!(" (user {})", escape_controls(u)))
-        .unwrap_or_default();
     format!(
-        "{} for {} on {}{user}, exit {}, token {}",
+        "{} for {} {}, exit {}, token {}",
         run.start,
         humantime::format_duration(took),
-        escape_controls(&run.host),
+        on_host(&run.host, run.user.as_deref()),
         run.exit_status,
         run.fencing_token
     )
@@ -203,24 +198,13 @@ pub fn entry_text(entry: &EntryJson) -> String {
 }
 
 /// `pid 812 on web1 (user deploy): ./backup.sh`, escaped to one line.
-pub fn holder_text(holder: &HolderData) -> String {
-    let mut text = String::new();
-    if let Some(pid) = holder.pid {
-        text.push_str(&format!("pid {pid}"));
+fn holder_text(holder: &HolderData) -> String {
+    let who = holder.who(Detail::Full);
+    match holder.what() {
+        Some(what) if who.is_empty() => format!(": {what}"),
+        Some(what) => format!("{who}: {what}"),
+        None => who,
     }
-    if let Some(zklock) = holder.zklock_pid.filter(|z| Some(*z) != holder.pid) {
-        text.push_str(&format!(" (zklock {zklock})"));
-    }
-    if let Some(host) = &holder.host {
-        text.push_str(&format!(" on {}", escape_controls(host)));
-    }
-    if let Some(user) = &holder.user {
-        text.push_str(&format!(" (user {})", escape_controls(user)));
-    }
-    if let Some(what) = holder.label.as_ref().or(holder.command.as_ref()) {
-        text.push_str(&format!(": {}", escape_controls(what)));
-    }
-    text.trim_start().to_owned()
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ pub(super) async fn run_command(
     // fires on it and the lease watches again; a node taken without waiting
     // is first watched after the write (`lease::WatchFrom`). A nested run
     // leaves the enclosing run's nodes as they are.
-    let acquired = plan.own.acquired(child.pid());
+    let acquired = plan.own.acquired(child.pid()).to_bytes();
     let (written, unwatched_from) = tokio::sync::watch::channel(false);
     let lease = lease::lost(
         session.client(),

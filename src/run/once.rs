@@ -18,8 +18,7 @@ use zookeeper_client as zk;
 use super::metrics::Facts;
 use super::plan::Plan;
 use crate::exit::{Exit, Step};
-use crate::lock::directory::HolderData;
-use crate::lock::holder::escape_controls;
+use crate::lock::holder::{escape_controls, on_host};
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
 use crate::values::Precision::Millis;
@@ -119,14 +118,9 @@ fn when(ago_ms: i64) -> String {
 
 /// Where and when a recorded run ran, for a skip line.
 fn who(run: &RunRecord) -> String {
-    let user = run
-        .user
-        .as_deref()
-        .map(|u| format!(" (user {})", escape_controls(u)))
-        .unwrap_or_default();
     format!(
-        "on {}{user} at {} (fencing token {})",
-        escape_controls(&run.host),
+        "{} at {} (fencing token {})",
+        on_host(&run.host, run.user.as_deref()),
         escape_controls(&run.start),
         run.fencing_token
     )
@@ -136,15 +130,14 @@ impl Pending {
     /// Records the run that ended with `exit`; call it before releasing
     /// the lock. A failure to record is reported, never changes the exit.
     pub async fn finish(self, plan: &Plan<'_>, client: &zk::Client, exit: Exit) {
-        let me = HolderData::parse(&plan.data).unwrap_or_default();
         let end_ms = self.start_ms + self.started.elapsed().as_millis() as i64;
         let run = RunRecord {
             start_ms: self.start_ms,
             start: rfc3339(server_time(self.start_ms), Millis),
             end_ms,
             end: rfc3339(server_time(end_ms), Millis),
-            host: me.host.unwrap_or_default(),
-            user: me.user,
+            host: plan.own.host.clone().unwrap_or_default(),
+            user: plan.own.user.clone(),
             exit_status: exit.code(),
             fencing_token: self.token,
         };

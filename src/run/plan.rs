@@ -9,7 +9,7 @@ use anyhow::Result;
 use crate::cli::RunArgs;
 use crate::command::child::{self};
 use crate::exit::Failure;
-use crate::lock::holder::OwnData;
+use crate::lock::holder::HolderData;
 use crate::lock::lease::LeasePolicy;
 use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
@@ -30,7 +30,7 @@ pub(super) struct Plan<'a> {
     pub(super) wait: bool,
     /// What our nodes say about us (holder.rs), and the data they are
     /// created with.
-    pub(super) own: OwnData,
+    pub(super) own: HolderData,
     pub(super) data: Vec<u8>,
     pub(super) report: Report,
 }
@@ -42,10 +42,10 @@ impl<'a> Plan<'a> {
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
         let connect = Settings::resolve(&args.connection.given()).map_err(Failure::usage)?;
-        let own = OwnData::new(&argv, args.label.as_deref());
+        let own = HolderData::ours(&argv, args.label.as_deref());
         let plan = Plan {
             args,
-            data: own.queued(),
+            data: own.to_bytes(),
             own,
             argv,
             order: acquisition_order(&paths),

@@ -16,11 +16,11 @@ use indicatif::ProgressBar;
 use tokio::time::Instant;
 
 use self::terminal::new_bar;
-use crate::lock::directory::HolderData;
-use crate::lock::holder::{self, Seen};
+use crate::lock::holder::{self, Detail, HolderData, Seen};
 use crate::lock::queue::{Node, Observer};
 use crate::report::{self, Report, Verbosity};
 use crate::session::Session;
+use crate::values::server_time;
 
 /// Reports the queue while waiting and remembers who was first, to say who
 /// held the lock if we give up.
@@ -307,19 +307,13 @@ fn holder_text(seen: &Seen, now: SystemTime) -> Option<String> {
     let Some(data) = HolderData::parse(&seen.data) else {
         return holder::describe(seen);
     };
-    let acquired = data.acquired == Some(true);
-    let mut text = match (acquired, data.pid, data.zklock_pid) {
-        (true, Some(pid), _) | (false, Some(pid), None) => format!("pid {pid}"),
-        (_, _, Some(zklock)) => format!("zklock {zklock}"),
-        (_, None, None) => return None,
-    };
-    if let Some(host) = &data.host {
-        text.push_str(&format!(" on {}", holder::escape_controls(host)));
+    if data.pid.is_none() && data.zklock_pid.is_none() {
+        return None;
     }
-    if acquired {
-        let since = SystemTime::UNIX_EPOCH + Duration::from_millis(seen.mtime.max(0) as u64);
-        let held = now.duration_since(since).unwrap_or_default();
-        text.push_str(&format!(" for {}", short(held)));
+    let mut text = data.who(Detail::Brief);
+    if data.acquired == Some(true) {
+        let held = now.duration_since(server_time(seen.mtime));
+        text.push_str(&format!(" for {}", short(held.unwrap_or_default())));
     }
     Some(text)
 }
