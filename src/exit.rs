@@ -1,4 +1,4 @@
-//! The exit status contract (DESIGN.md section 6), in one type.
+//! The exit status contract (docs/design.md, "Exit status"), in one type.
 //!
 //! Expected outcomes (the command's status, a lock that could not be taken)
 //! are values of [`Exit`]; failures are `anyhow` errors, and a [`Failure`]

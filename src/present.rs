@@ -1,6 +1,6 @@
 //! How the operator commands (`status`, `list`, `break`) show a lock: the
 //! JSON documents (serde structs; field names are a public contract, listed
-//! in the README) and the text lines.
+//! in docs/design.md, "Operator commands") and the text lines.
 
 use std::time::{Duration, SystemTime};
 

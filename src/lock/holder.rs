@@ -1,14 +1,4 @@
 //! The data stored in our lock node: who holds or waits, for people reading
-//! `-v` output, "not acquired" messages or `status`. Correctness never
-//! depends on it.
-//!
-//! The fields (a JSON object; README "Holder data" documents them):
-//! `host`, `zklock_pid`, `user`, `command` or `label`, `version` from the
-//! create; `pid` (the command's) and `acquired: true` added by one write
-//! once the command runs. The time the lock was taken is that write's
-//! `mtime` (server clock); the time the holder queued is the node's `ctime`.
-
-//! The data stored in our lock node: who holds or waits, for people reading
 //! `-v` output, "not acquired" messages or `status` (docs/design.md,
 //! "Holder data"). Correctness never depends on it.
 //!

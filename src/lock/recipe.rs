@@ -1,5 +1,6 @@
-//! The lock recipe's pure parts (DESIGN.md section 3): node names, ordering
-//! and the "who goes next" predicate. `acquire.rs` runs them against ZooKeeper.
+//! The lock recipe's pure parts (docs/design.md, "The lock recipe"): node
+//! names and paths, ordering and the "who goes next" predicate. `queue.rs`
+//! and `semaphore.rs` run them against ZooKeeper.
 
 use std::cmp::Ordering;
 

@@ -29,7 +29,7 @@ pub fn record_path(lock: &str) -> String {
 }
 
 /// What the record node holds, as JSON (field names are a public contract,
-/// listed in the README).
+/// listed in docs/design.md, "The run record").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -142,7 +142,7 @@ pub(super) async fn run_command(
     Ok((exit, deleted))
 }
 
-/// The contract of DESIGN.md section 7. With several paths, each variable
+/// The contract of docs/design.md, "Given to the command". With several paths, each variable
 /// lists one line per path, in the order the paths were given.
 pub(super) fn command_environment(
     paths: &[&str],

@@ -1,4 +1,5 @@
-//! The lifecycle of `zklock run`, in order (DESIGN.md section 2):
+//! The lifecycle of `zklock run`, in order (docs/design.md, "Lifecycle of
+//! `zklock run`"):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
 mod acquire;

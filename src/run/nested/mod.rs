@@ -1,4 +1,5 @@
-//! A nested run on locks its enclosing run holds (README "Nested runs").
+//! A nested run on locks its enclosing run holds (docs/design.md, "Nested
+//! runs").
 //!
 //! The enclosing zklock's `ZKLOCK_*` variables name the nodes it holds. When
 //! every requested path is among them and ZooKeeper confirms each node (it
