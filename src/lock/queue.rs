@@ -70,10 +70,8 @@ pub async fn take_turn(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let node = create_node(client, dir, marker, request.data, request.acls).await?;
-    observer.queued(&node);
+    let node = enqueue(request, dir, marker, owned, observer).await?;
     let me = node.name().to_owned();
-    owned.push(node.clone());
     let mut reported_first = String::new();
     let mut own_watch = None;
     'queue: loop {
@@ -160,6 +158,21 @@ pub async fn take_turn(
         }
     }
     Ok(Acquired::Held(node, own_watch))
+}
+
+/// Creates our `marker` node in `dir` and owns it at once (see
+/// `lock::acquire`).
+pub async fn enqueue(
+    request: &Request<'_>,
+    dir: &str,
+    marker: &str,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Node> {
+    let node = create_node(request.client, dir, marker, request.data, request.acls).await?;
+    observer.queued(&node);
+    owned.push(node.clone());
+    Ok(node)
 }
 
 /// `existing`, or a new data watch on our node at `path`; None if the node

@@ -7,7 +7,7 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::nodes::{Node, create_ancestors, create_dir, create_node, denied, parent};
-use crate::lock::queue::{Acquired, Observer, Request, take_turn};
+use crate::lock::queue::{Acquired, Observer, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
 
@@ -116,9 +116,7 @@ async fn gate_without_waiting(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let gate = create_node(client, gate_dir, LOCK, request.data, request.acls).await?;
-    observer.queued(&gate);
-    owned.push(gate.clone());
+    let gate = enqueue(request, gate_dir, LOCK, owned, observer).await?;
     loop {
         let queue = retrying(|| client.list_children(gate_dir))
             .await
