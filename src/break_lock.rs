@@ -1,4 +1,6 @@
-//! `zklock break PATH`: delete a holder's node, the one that was shown.
+//! `zklock break PATH`: delete a holder's node or, with `--record`, the run
+//! record `--once-per` keeps beside the lock; in either case only the node
+//! that was shown (docs/design.md, "Operator commands").
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::SystemTime;
@@ -7,33 +9,45 @@ use anyhow::{Context, Result};
 use zookeeper_client as zk;
 
 use crate::cli::BreakArgs;
-use crate::exit::{Exit, Failure};
+use crate::exit::{Exit, Failure, Step};
 use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
-use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
-use crate::present;
+use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::lock::record::{self, record_path};
+use crate::present::{self, run_text};
 use crate::report::{print_stdout, say};
 use crate::session::{self, Session, Settings, retrying};
 
 /// The node to delete, as it was shown.
-pub struct Target {
-    pub path: String,
-    pub czxid: i64,
-    pub text: String,
+struct Target {
+    path: String,
+    /// What identifies the node shown.
+    shown: Shown,
+    text: String,
     /// The line printed once it is deleted: what the deletion did.
-    pub done: String,
+    done: String,
+}
+
+enum Shown {
+    /// A holder's or waiter's node: the same node (czxid), whatever its
+    /// holder writes meanwhile.
+    Node { czxid: i64 },
+    /// The run record: exactly the version shown.
+    Record { version: i32 },
 }
 
 pub fn break_lock(args: BreakArgs) -> Result<Exit> {
-    if args.record {
-        return crate::break_record::break_record(&args);
-    }
     let options = args.connection.settings()?;
     let lock = args.path.as_str();
     // No session stays open while a person reads and answers the prompt:
     // it could expire meanwhile.
-    let Some(target) = session::block_on(find_target(&options, lock, args.node.as_deref()))? else {
-        return Ok(Exit::NotDeleted);
+    let found = match args.record {
+        true => session::block_on(find_record(&options, lock))?,
+        false => session::block_on(find_node(&options, lock, args.node.as_deref()))?,
+    };
+    let target = match found {
+        Step::Go(target) => target,
+        Step::End(exit) => return Ok(exit),
     };
     if !args.yes {
         if !std::io::stdin().is_terminal() {
@@ -47,11 +61,31 @@ pub fn break_lock(args: BreakArgs) -> Result<Exit> {
             return Ok(Exit::NotDeleted);
         }
     }
-    session::block_on(delete_target(&options, &target))
+    let deleted = session::block_on(async {
+        let session = Session::connect(&options).await?;
+        let deleted = delete_if_same(session.client(), &target).await;
+        session.close(&[]).await;
+        deleted
+    })?;
+    if deleted {
+        print_stdout(&target.done);
+        return Ok(Exit::Command(0));
+    }
+    match target.shown {
+        Shown::Node { .. } => say(format_args!(
+            "the holder changed: {} is not the node shown; nothing deleted",
+            target.path
+        )),
+        Shown::Record { .. } => say(format_args!(
+            "{} changed or was deleted after it was shown; nothing deleted",
+            target.path
+        )),
+    }
+    Ok(Exit::Conflict(75))
 }
 
 /// Finds the node to delete: the named one, or the only holder.
-async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Result<Option<Target>> {
+async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result<Step<Target>> {
     let session = Session::connect(options).await?;
     let view = inspect::read_lock(session.client(), lock).await;
     session.close(&[]).await;
@@ -66,8 +100,8 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
     // Where an entry's node is: its full path is what `run -v` prints and
     // `--node` accepts, as well as the name alone.
     let dir = |entry: &Entry| match (view.kind, entry.kind) {
-        (PathKind::Semaphore { .. }, EntryKind::Lease) => format!("{lock}/{SEMAPHORE_LEASES}"),
-        (PathKind::Semaphore { .. }, _) => format!("{lock}/{SEMAPHORE_GATE}"),
+        (PathKind::Semaphore { .. }, EntryKind::Lease) => recipe::child(lock, SEMAPHORE_LEASES),
+        (PathKind::Semaphore { .. }, _) => recipe::child(lock, SEMAPHORE_GATE),
         _ => lock.to_owned(),
     };
     if let Some(name) = name.filter(|n| n.contains('/')) {
@@ -78,9 +112,9 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
         }
     }
     let chosen = match name {
-        Some(name) => entries.iter().position(|(e, _)| {
-            e.node.name == name || format!("{}/{}", dir(e), e.node.name) == name
-        }),
+        Some(name) => entries
+            .iter()
+            .position(|(e, _)| e.node.name == name || recipe::child(&dir(e), &e.node.name) == name),
         None => match view.holders.len() {
             0 => None,
             1 => Some(0),
@@ -96,11 +130,11 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
             Some(name) => say(format_args!("{lock} has no node {name}; nothing deleted")),
             None => say(format_args!("{lock} is free; nothing deleted")),
         }
-        return Ok(None);
+        return Ok(Step::End(Exit::NotDeleted));
     };
     let header = present::lock_text(&json);
     let header = header.lines().next().unwrap_or_default();
-    let path = format!("{}/{}", dir(entry), entry.node.name);
+    let path = recipe::child(&dir(entry), &entry.node.name);
     // A holder's zklock stops its command (76); a zklock waiter whose node
     // disappears queues again, so deleting it only sends it to the back.
     let done = match (at < view.holders.len(), entry.client) {
@@ -110,15 +144,46 @@ async fn find_target(options: &Settings, lock: &str, name: Option<&str>) -> Resu
         ),
         (false, _) => format!("deleted waiter node {path}"),
     };
-    Ok(Some(Target {
+    Ok(Step::Go(Target {
         path,
-        czxid: entry.node.stat.czxid,
+        shown: Shown::Node {
+            czxid: entry.node.stat.czxid,
+        },
         text: format!("{header}\n{}", present::entry_text(shown)),
         done,
     }))
 }
 
-pub fn confirmed(target: &Target) -> Result<bool> {
+/// Finds the run record to delete.
+async fn find_record(options: &Settings, lock: &str) -> Result<Step<Target>> {
+    let session = Session::connect(options).await?;
+    let found = record::read(session.client(), lock).await;
+    session.close(&[]).await;
+    let Some((record, stat)) = found? else {
+        say(format_args!("{lock} has no run record; nothing deleted"));
+        return Ok(Step::End(Exit::NotDeleted));
+    };
+    let path = record_path(lock);
+    let mut text = format!("{lock}: run record {path}\n");
+    for (what, run) in [
+        ("last run", &record.last_run),
+        ("last success", &record.last_success),
+    ] {
+        if let Some(run) = run {
+            text.push_str(&format!("  {what}: {}\n", run_text(run)));
+        }
+    }
+    Ok(Step::Go(Target {
+        done: format!("deleted {path}"),
+        path,
+        shown: Shown::Record {
+            version: stat.version,
+        },
+        text,
+    }))
+}
+
+fn confirmed(target: &Target) -> Result<bool> {
     let mut stderr = std::io::stderr();
     let _ = write!(stderr, "{}delete {}? [y/N] ", target.text, target.path);
     let _ = stderr.flush();
@@ -130,30 +195,15 @@ pub fn confirmed(target: &Target) -> Result<bool> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes"))
 }
 
-/// Deletes the target if it is still the node shown (same czxid).
-async fn delete_target(options: &Settings, target: &Target) -> Result<Exit> {
-    let session = Session::connect(options).await?;
-    let result = delete_if_same(session.client(), target).await;
-    session.close(&[]).await;
-    match result? {
-        true => {
-            print_stdout(&target.done);
-            Ok(Exit::Command(0))
-        }
-        false => {
-            say(format_args!(
-                "the holder changed: {} is not the node shown; nothing deleted",
-                target.path
-            ));
-            Ok(Exit::Conflict(75))
-        }
-    }
-}
-
-/// Deletes `target` at the data version just read, so a node replaced or
-/// rewritten in between is never deleted blindly; false if it is gone or
-/// another node now.
+/// Deletes `target` if it is still the node shown; false if it is gone or
+/// another node (or, for the record, another version) now. A lock node is
+/// deleted at the data version just read, so a node replaced or rewritten
+/// in between is never deleted blindly.
 async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
+    let czxid = match target.shown {
+        Shown::Node { czxid } => czxid,
+        Shown::Record { version } => return delete(client, &target.path, version).await,
+    };
     // The holder's own writes change the version; a few tries outlast them.
     for _ in 0..5 {
         let stat = match retrying(|| client.get_data(&target.path)).await {
@@ -164,7 +214,7 @@ async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
                     .1
             }
         };
-        if stat.czxid != target.czxid {
+        if stat.czxid != czxid {
             return Ok(false);
         }
         match retrying(|| client.delete(&target.path, Some(stat.version))).await {
@@ -175,4 +225,14 @@ async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// Deletes `path` if it is still at `version`; false when it is gone or
+/// changed meanwhile.
+async fn delete(client: &zk::Client, path: &str, version: i32) -> Result<bool> {
+    match retrying(|| client.delete(path, Some(version))).await {
+        Ok(()) => Ok(true),
+        Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+        Err(err) => Err(err).with_context(|| format!("deleting {path}")),
+    }
 }

@@ -1,4 +1,4 @@
-//! The exit status contract (DESIGN.md section 6), in one type.
+//! The exit status contract (docs/design.md, "Exit status"), in one type.
 //!
 //! Expected outcomes (the command's status, a lock that could not be taken)
 //! are values of [`Exit`]; failures are `anyhow` errors, and a [`Failure`]
@@ -36,6 +36,16 @@ pub enum Exit {
     Held,
     /// `zklock break`: nothing was deleted (free, no such node, or no).
     NotDeleted,
+}
+
+/// What a step of `zklock run` leads to, short of a failure: go on with
+/// its result, or end zklock with this exit (a signal, a lock not taken, a
+/// run skipped). Failures stay errors.
+#[derive(Debug)]
+#[must_use]
+pub enum Step<T> {
+    Go(T),
+    End(Exit),
 }
 
 /// The documented default of `-E/--conflict-exit-code` (EX_TEMPFAIL).

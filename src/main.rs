@@ -1,16 +1,19 @@
 //! zklock: run a command while holding a distributed lock in ZooKeeper.
 
-// Layers, each importing only from the ones below it:
-//   cli                      the command-line model
-//   run, status, list,       one module per subcommand (present: how the
-//   break_lock, generate,    operator commands show a lock; break_record
-//   break_record             uses break_lock's prompt)
-//   present
-//   lock, command            the lock recipe; the command's process
+// main parses the command line (cli) and calls one subcommand. Below it,
+// layers, each importing only from the ones below it (nothing imports back
+// up, and no two modules import each other):
+//   run, status, list,       one module per subcommand (`break_lock` is
+//   break_lock, generate     `zklock break`; `generate` prints completions
+//                            and man pages)
+//   cli, present             the command-line model the subcommands take
+//                            their arguments from; how the operator commands
+//                            show a lock
+//   lock, command            the lock recipe (a lock is taken in
+//                            lock::acquire); the command's processes
 //   session                  connection settings and the ZooKeeper session
-//   exit, report, values     exit codes, messages, parsed values
+//   exit, report, values     exit codes, messages, parsed values and times
 mod break_lock;
-mod break_record;
 mod cli;
 mod command;
 mod exit;

@@ -1,14 +1,15 @@
 //! How the operator commands (`status`, `list`, `break`) show a lock: the
 //! JSON documents (serde structs; field names are a public contract, listed
-//! in the README) and the text lines.
+//! in docs/design.md, "Operator commands") and the text lines.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::lock::directory::{Client, Entry, EntryKind, HolderData, LockView, PathKind};
-use crate::lock::holder::escape_controls;
+use crate::lock::holder::{Detail, escape_controls, on_host};
 use crate::lock::record::RunRecord;
+use crate::values::{Precision, rfc3339, server_time};
 
 /// One lock path in `zklock status --json`.
 #[derive(Debug, Serialize)]
@@ -104,7 +105,7 @@ fn entry_json(entry: &Entry, position: usize, held: bool, now: SystemTime) -> En
         client: entry.client,
         fencing_token: entry.node.stat.czxid,
         session_id: format!("{:#x}", entry.node.stat.ephemeral_owner),
-        since: rfc3339(entry.since),
+        since: rfc3339(server_time(entry.since), Precision::Seconds),
         held_seconds: held.then_some(age),
         waited_seconds: (!held).then_some(age),
         holder: entry.holder.clone(),
@@ -122,18 +123,10 @@ fn foreign_data(data: &[u8]) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// Server milliseconds since the epoch as RFC 3339, UTC, to the second.
-pub fn rfc3339(millis: i64) -> String {
-    let time = UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64);
-    humantime::format_rfc3339_seconds(time).to_string()
-}
-
 /// Seconds from a server time to `now`, never negative (clocks differ).
 pub fn age_seconds(millis: i64, now: SystemTime) -> f64 {
-    let now_ms = now
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    ((now_ms - millis).max(0) as f64) / 1000.0
+    let age = now.duration_since(server_time(millis)).unwrap_or_default();
+    age.as_millis() as f64 / 1000.0
 }
 
 /// `3m 12s`: whole seconds, for people.
@@ -175,16 +168,11 @@ pub fn lock_text(json: &LockJson) -> String {
 /// `2026-11-23T02:00:00.123Z for 3m 2s on web1 (user deploy), exit 0, token 42`.
 pub fn run_text(run: &RunRecord) -> String {
     let took = Duration::from_secs((run.end_ms - run.start_ms).max(0) as u64 / 1000);
-    let user = run
-        .user
-        .as_deref()
-        .map(|u| format!(" (user {})", escape_controls(u)))
-        .unwrap_or_default();
     format!(
-        "{} for {} on {}{user}, exit {}, token {}",
+        "{} for {} {}, exit {}, token {}",
         run.start,
         humantime::format_duration(took),
-        escape_controls(&run.host),
+        on_host(&run.host, run.user.as_deref()),
         run.exit_status,
         run.fencing_token
     )
@@ -218,29 +206,20 @@ pub fn entry_text(entry: &EntryJson) -> String {
 }
 
 /// `pid 812 on web1 (user deploy): ./backup.sh`, escaped to one line.
-pub fn holder_text(holder: &HolderData) -> String {
-    let mut text = String::new();
-    if let Some(pid) = holder.pid {
-        text.push_str(&format!("pid {pid}"));
+fn holder_text(holder: &HolderData) -> String {
+    let who = holder.who(Detail::Full);
+    match holder.what() {
+        Some(what) if who.is_empty() => format!(": {what}"),
+        Some(what) => format!("{who}: {what}"),
+        None => who,
     }
-    if let Some(zklock) = holder.zklock_pid.filter(|z| Some(*z) != holder.pid) {
-        text.push_str(&format!(" (zklock {zklock})"));
-    }
-    if let Some(host) = &holder.host {
-        text.push_str(&format!(" on {}", escape_controls(host)));
-    }
-    if let Some(user) = &holder.user {
-        text.push_str(&format!(" (user {})", escape_controls(user)));
-    }
-    if let Some(what) = holder.label.as_ref().or(holder.command.as_ref()) {
-        text.push_str(&format!(": {}", escape_controls(what)));
-    }
-    text.trim_start().to_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
+
     use crate::lock::directory::{ChildNode, NodeStat, plain_lock};
 
     #[test]

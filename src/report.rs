@@ -37,7 +37,7 @@ impl Report {
     }
 }
 
-/// The status line shown while waiting (run/wait_display.rs), if any.
+/// The status line shown while waiting (run/wait/), if any.
 static STATUS_LINE: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
 /// While `bar` is shown, lines are printed above it, not into it.

@@ -9,7 +9,7 @@ use crate::cli::StatusArgs;
 use crate::exit::Exit;
 use crate::lock::directory::PathKind;
 use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
-use crate::lock::{inspect, nodes, record_store};
+use crate::lock::{inspect, nodes, record};
 use crate::present::{self, LockJson};
 use crate::report::print_stdout;
 use crate::session::{self, Session};
@@ -32,7 +32,7 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
                 inspect::read_lock(session.client(), path.as_str()),
                 open_dirs(session.client(), path.as_str(), guarded),
             );
-            let record = record_store::read(session.client(), path.as_str()).await;
+            let record = record::read(session.client(), path.as_str()).await;
             let (view, record) = match (view, record) {
                 (Ok(view), Ok(record)) => (view, record),
                 (Err(err), _) | (_, Err(err)) => {

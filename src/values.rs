@@ -3,7 +3,35 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A duration for people, to the millisecond: `2s 500ms`, never the
+/// nanoseconds humantime would print of a measured duration.
+pub fn human_ms(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(duration.as_millis() as u64))
+}
+
+/// A server timestamp (milliseconds since the epoch: a node's ctime or
+/// mtime, the run record's times) as a time, never before the epoch.
+pub fn server_time(millis: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64)
+}
+
+/// How finely [`rfc3339`] writes a time.
+#[derive(Debug, Clone, Copy)]
+pub enum Precision {
+    Seconds,
+    Millis,
+}
+
+/// A time as RFC 3339, UTC: `2026-11-22T10:00:00Z` or, to the millisecond,
+/// `2026-11-22T10:00:00.123Z`.
+pub fn rfc3339(time: SystemTime, precision: Precision) -> String {
+    match precision {
+        Precision::Seconds => humantime::format_rfc3339_seconds(time).to_string(),
+        Precision::Millis => humantime::format_rfc3339_millis(time).to_string(),
+    }
+}
 
 /// A duration given as humantime (`30s`, `1m 30s`, `250ms`) or as a bare,
 /// possibly fractional, number of seconds (as `flock -w` takes it).
@@ -258,6 +286,14 @@ impl FromStr for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_times() {
+        let t = server_time(1_795_341_600_123);
+        assert_eq!(rfc3339(t, Precision::Seconds), "2026-11-22T10:00:00Z");
+        assert_eq!(rfc3339(t, Precision::Millis), "2026-11-22T10:00:00.123Z");
+        assert_eq!(server_time(-5), UNIX_EPOCH);
+    }
 
     #[test]
     fn durations() {

@@ -1,66 +1,132 @@
 //! The data stored in our lock node: who holds or waits, for people reading
-//! `-v` output, "not acquired" messages or `status`. Correctness never
-//! depends on it.
+//! `-v` output, "not acquired" messages or `status` (docs/design.md,
+//! "Holder data"). Correctness never depends on it.
 //!
-//! The fields (a JSON object; README "Holder data" documents them):
-//! `host`, `zklock_pid`, `user`, `command` or `label`, `version` from the
-//! create; `pid` (the command's) and `acquired: true` added by one write
-//! once the command runs. The time the lock was taken is that write's
-//! `mtime` (server clock); the time the holder queued is the node's `ctime`.
+//! The fields (a JSON object, [`HolderData`]): `host`, `zklock_pid`,
+//! `user`, `command` or `label`, `version` from the create; `pid` (the
+//! command's) and `acquired: true` added by one write once the command
+//! runs. The time the lock was taken is that write's `mtime` (server
+//! clock); the time the holder queued is the node's `ctime`. The one
+//! renderer of a holder for people is [`HolderData::who`].
 
 use std::ffi::OsString;
-use std::time::{Duration, SystemTime};
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use zookeeper_client as zk;
+
+// Defined beside the directory parser, which reads it from every node.
+pub use crate::lock::directory::HolderData;
+use crate::values::{Precision, rfc3339, server_time};
 
 /// At most this many bytes of the command line (or label) are stored: the
 /// node data must stay far below the server's request limit (jute.maxbuffer,
 /// 1 MiB by default), which would otherwise refuse our create.
 pub const MAX_COMMAND_BYTES: usize = 4096;
 
-/// What a holder tells about itself.
-pub struct OwnData {
-    fields: Map<String, Value>,
+/// How much of a holder a line has room for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// `pid 4242 (zklock 4240) on web1 (user deploy)`.
+    Full,
+    /// `pid 4242 on web1`, the process that holds (or, queued, zklock): the
+    /// status line while waiting.
+    Brief,
 }
 
-impl OwnData {
-    /// Describes this zklock running `argv`, or `label` instead of it.
-    pub fn new(argv: &[OsString], label: Option<&str>) -> OwnData {
-        let (key, text) = match label {
-            Some(label) => ("label", label.to_owned()),
+impl HolderData {
+    /// This zklock running `argv`, or `label` instead of it, as its node
+    /// says while it queues.
+    pub fn ours(argv: &[OsString], label: Option<&str>) -> HolderData {
+        let text = match label {
+            Some(label) => label.to_owned(),
             None => {
                 let words: Vec<String> = argv
                     .iter()
                     .map(|a| a.to_string_lossy().into_owned())
                     .collect();
-                ("command", words.join(" "))
+                words.join(" ")
             }
         };
-        let Value::Object(mut fields) = json!({
-            "host": hostname(),
-            "zklock_pid": std::process::id(),
-            "user": user(),
-            "version": env!("CARGO_PKG_VERSION"),
-        }) else {
-            unreachable!("json! of an object literal is an object")
+        let text = Some(truncate(&text, MAX_COMMAND_BYTES));
+        let (command, label) = match label {
+            Some(_) => (None, text),
+            None => (text, None),
         };
-        fields.insert(key.into(), truncate(&text, MAX_COMMAND_BYTES).into());
-        OwnData { fields }
+        HolderData {
+            host: Some(hostname()),
+            pid: None,
+            zklock_pid: Some(std::process::id()),
+            user: Some(user()),
+            command,
+            label,
+            version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            acquired: None,
+        }
     }
 
-    /// The data our node is created with, while we queue.
-    pub fn queued(&self) -> Vec<u8> {
-        Value::Object(self.fields.clone()).to_string().into_bytes()
+    /// The same holder once the command (process `pid`) runs: written once,
+    /// that write's mtime is when the lock was taken, by the server's clock.
+    pub fn acquired(&self, pid: u32) -> HolderData {
+        HolderData {
+            pid: Some(pid),
+            acquired: Some(true),
+            ..self.clone()
+        }
     }
 
-    /// The data written once the command (process `pid`) runs: the write's
-    /// mtime is when the lock was taken, by the server's clock.
-    pub fn acquired(&self, pid: u32) -> Vec<u8> {
-        let mut fields = self.fields.clone();
-        fields.insert("pid".into(), pid.into());
-        fields.insert("acquired".into(), true.into());
-        Value::Object(fields).to_string().into_bytes()
+    /// The node data: a JSON object.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("holder data always serializes")
+    }
+
+    /// Who holds or waits, escaped to one line (node data comes from other
+    /// hosts: it must not break our one-line messages or send control
+    /// sequences to the terminal). Empty when the data names nobody.
+    pub fn who(&self, detail: Detail) -> String {
+        let held = self.acquired == Some(true);
+        let process = match (detail, self.pid, self.zklock_pid) {
+            (Detail::Full, Some(pid), Some(zklock)) if zklock != pid => {
+                format!("pid {pid} (zklock {zklock})")
+            }
+            // Queued (or starting its command): zklock is the process to name.
+            (Detail::Brief, Some(_), Some(zklock)) if !held => format!("zklock {zklock}"),
+            (_, Some(pid), _) => format!("pid {pid}"),
+            (_, None, Some(zklock)) => format!("zklock {zklock}"),
+            (_, None, None) => String::new(),
+        };
+        let user = self.user.as_deref().filter(|_| detail == Detail::Full);
+        let mut parts = vec![process];
+        if let Some(host) = &self.host {
+            parts.push(on_host(host, user));
+        }
+        parts.retain(|part| !part.is_empty());
+        parts.join(" ")
+    }
+
+    /// What it runs: its label, or its command line, escaped to one line.
+    pub fn what(&self) -> Option<String> {
+        self.label
+            .as_deref()
+            .or(self.command.as_deref())
+            .map(escape_controls)
+    }
+
+    /// Whether the data names a process (a zklock's, or its command's).
+    fn names_a_process(&self) -> bool {
+        self.pid.is_some() || self.zklock_pid.is_some()
+    }
+}
+
+/// `on web1 (user deploy)`, escaped to one line: where a holder (or a
+/// recorded run) ran.
+pub fn on_host(host: &str, user: Option<&str>) -> String {
+    match user {
+        Some(user) => format!(
+            "on {} (user {})",
+            escape_controls(host),
+            escape_controls(user)
+        ),
+        None => format!("on {}", escape_controls(host)),
     }
 }
 
@@ -103,49 +169,34 @@ impl From<(Vec<u8>, zk::Stat)> for Seen {
 /// `zklock 4240 on web1 (user deploy) queued since ...: ./backup.sh` before.
 /// Data written by other clients (Curator, kazoo) is shown as text if short.
 pub fn describe(seen: &Seen) -> Option<String> {
-    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&seen.data) else {
+    let Some(data) = HolderData::parse(&seen.data) else {
+        if serde_json::from_slice::<Value>(&seen.data).is_ok_and(|v| v.is_object()) {
+            return None;
+        }
         let text = std::str::from_utf8(&seen.data).ok()?.trim();
         let printable =
             !text.is_empty() && text.len() <= 120 && !text.chars().any(char::is_control);
         return printable.then(|| format!("data {text:?}"));
     };
-    // Node data comes from other hosts: it must not break our one-line
-    // messages or send control sequences to the terminal.
-    let field = |name: &str| match fields.get(name) {
-        Some(Value::String(s)) => Some(escape_controls(s)),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    let mut text = match (field("pid"), field("zklock_pid")) {
-        (Some(pid), Some(zklock)) => format!("pid {pid} (zklock {zklock})"),
-        (Some(pid), None) => format!("pid {pid}"),
-        (None, Some(zklock)) => format!("zklock {zklock}"),
-        (None, None) => return None,
-    };
-    if let Some(host) = field("host") {
-        text.push_str(&format!(" on {host}"));
+    if !data.names_a_process() {
+        return None;
     }
-    if let Some(user) = field("user") {
-        text.push_str(&format!(" (user {user})"));
-    }
+    let mut text = data.who(Detail::Full);
     // Before its one write, a holder has only queued (or is starting its
     // command); zklock before 0.2 never wrote, and its `start` was the
     // host's clock at queueing, so it is not shown.
-    if fields.get("acquired") == Some(&Value::Bool(true)) {
-        text.push_str(&format!(" since {}", server_time(seen.mtime)));
-    } else {
-        text.push_str(&format!(" queued since {}", server_time(seen.ctime)));
-    }
-    if let Some(what) = field("label").or_else(|| field("command")) {
+    let (since, at) = match data.acquired == Some(true) {
+        true => ("since", seen.mtime),
+        false => ("queued since", seen.ctime),
+    };
+    text.push_str(&format!(
+        " {since} {}",
+        rfc3339(server_time(at), Precision::Seconds)
+    ));
+    if let Some(what) = data.what() {
         text.push_str(&format!(": {what}"));
     }
     Some(text)
-}
-
-/// A server timestamp (ms since the epoch) in RFC 3339, to the second.
-fn server_time(millis: i64) -> String {
-    let time = SystemTime::UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64);
-    humantime::format_rfc3339_seconds(time).to_string()
 }
 
 /// Shows control characters (newlines, escape sequences) as Rust escapes.
@@ -215,15 +266,15 @@ mod tests {
 
     #[test]
     fn own_data_round_trips() {
-        let own = OwnData::new(&["./backup.sh".into(), "--full".into()], None);
-        let queued = describe(&seen(&own.queued())).unwrap();
+        let own = HolderData::ours(&["./backup.sh".into(), "--full".into()], None);
+        let queued = describe(&seen(&own.to_bytes())).unwrap();
         let me = std::process::id();
         assert!(queued.starts_with(&format!("zklock {me} on ")), "{queued}");
         assert!(
             queued.ends_with(" queued since 2026-11-22T10:00:00Z: ./backup.sh --full"),
             "{queued}"
         );
-        let held = describe(&seen(&own.acquired(4242))).unwrap();
+        let held = describe(&seen(&own.acquired(4242).to_bytes())).unwrap();
         assert!(
             held.starts_with(&format!("pid 4242 (zklock {me}) on ")),
             "{held}"
@@ -236,11 +287,11 @@ mod tests {
 
     #[test]
     fn stable_fields() {
-        let own = OwnData::new(
+        let own = HolderData::ours(
             &["mysqldump".into(), "--password=hunter2".into()],
             Some("nightly"),
         );
-        let Ok(Value::Object(fields)) = serde_json::from_slice(&own.acquired(7)) else {
+        let Ok(Value::Object(fields)) = serde_json::from_slice(&own.acquired(7).to_bytes()) else {
             panic!("not an object");
         };
         let mut keys: Vec<&str> = fields.keys().map(String::as_str).collect();
@@ -258,7 +309,7 @@ mod tests {
             ]
         );
         assert_eq!(fields["label"], "nightly");
-        assert!(!String::from_utf8_lossy(&own.queued()).contains("hunter2"));
+        assert!(!String::from_utf8_lossy(&own.to_bytes()).contains("hunter2"));
     }
 
     #[test]
@@ -268,7 +319,7 @@ mod tests {
         // "é" is two bytes: the cut moves back to a character boundary.
         assert_eq!(truncate("aé", 2), "a…[+2 bytes]");
         let argv: Vec<OsString> = (0..100).map(|_| "x".repeat(1000).into()).collect();
-        let data = OwnData::new(&argv, None).acquired(1);
+        let data = HolderData::ours(&argv, None).acquired(1).to_bytes();
         assert!(data.len() < MAX_COMMAND_BYTES + 512, "{}", data.len());
         let text = describe(&seen(&data)).unwrap();
         assert!(
@@ -289,6 +340,24 @@ mod tests {
             text,
             r"pid 7 on a\nb since 2026-11-22T10:20:00Z: sh -c 'echo a\nsleep 1\u{1b}[2J'"
         );
+    }
+
+    #[test]
+    fn one_renderer_in_two_details() {
+        let parse = |json: &str| HolderData::parse(json.as_bytes()).unwrap();
+        let held = parse(r#"{"host":"h","pid":9,"zklock_pid":8,"user":"u","acquired":true}"#);
+        assert_eq!(held.who(Detail::Full), "pid 9 (zklock 8) on h (user u)");
+        assert_eq!(held.who(Detail::Brief), "pid 9 on h");
+        let queued = parse(r#"{"host":"h","zklock_pid":8,"user":"u","command":"x"}"#);
+        assert_eq!(queued.who(Detail::Full), "zklock 8 on h (user u)");
+        assert_eq!(queued.who(Detail::Brief), "zklock 8 on h");
+        assert_eq!(queued.what().as_deref(), Some("x"));
+        // Data that gave zklock's own pid as `pid` too: named once.
+        assert_eq!(
+            parse(r#"{"pid":8,"zklock_pid":8}"#).who(Detail::Full),
+            "pid 8"
+        );
+        assert_eq!(parse(r#"{"host":"h"}"#).who(Detail::Full), "on h");
     }
 
     #[test]

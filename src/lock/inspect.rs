@@ -1,11 +1,8 @@
 //! Reading lock directories for `status`, `list` and `break`: many reads in
 //! flight at once (multi-reads, batched), interpreted by `directory.rs`.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
-
 use anyhow::{Context, Result};
+use futures::future::join_all;
 use zookeeper_client as zk;
 
 use crate::lock::directory::{self, ChildNode, LockView, NodeStat};
@@ -48,7 +45,7 @@ async fn read_limit(client: &zk::Client, path: &str) -> Result<Option<u32>> {
 async fn read_semaphore(client: &zk::Client, path: &str, limit: u32) -> Result<LockView> {
     let mut parts = Vec::new();
     for part in [SEMAPHORE_LEASES, SEMAPHORE_GATE] {
-        let dir = format!("{path}/{part}");
+        let dir = recipe::child(path, part);
         let names = match retrying(|| client.list_children(&dir)).await {
             Err(zk::Error::NoNode) => Vec::new(),
             result => result.with_context(|| format!("listing {dir}"))?,
@@ -63,7 +60,7 @@ async fn read_semaphore(client: &zk::Client, path: &str, limit: u32) -> Result<L
 /// Data and stat of the children `names` of `dir`; those deleted meanwhile
 /// are left out.
 async fn read_nodes(client: &zk::Client, dir: &str, names: &[String]) -> Result<Vec<ChildNode>> {
-    let paths: Vec<String> = names.iter().map(|n| format!("{dir}/{n}")).collect();
+    let paths: Vec<String> = names.iter().map(|n| recipe::child(dir, n)).collect();
     let results = multi_read(client, &paths, Read::Data).await?;
     Ok(names
         .iter()
@@ -102,7 +99,7 @@ async fn multi_read(
     paths: &[String],
     read: Read,
 ) -> Result<Vec<zk::MultiReadResult>> {
-    let mut batches: Vec<Pending<'_, _>> = Vec::new();
+    let mut batches = Vec::new();
     for chunk in paths.chunks(BATCH) {
         let mut reader = client.new_multi_reader();
         for path in chunk {
@@ -112,40 +109,13 @@ async fn multi_read(
             }
             .with_context(|| format!("bad path {path}"))?;
         }
-        batches.push(Box::pin(reader.commit()));
+        batches.push(reader.commit());
     }
     let mut results = Vec::with_capacity(paths.len());
     for batch in join_all(batches).await {
         results.extend(batch.context("reading the tree")?);
     }
     Ok(results)
-}
-
-type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
-
-/// Polls every future until all are done; their outputs in order.
-async fn join_all<T>(futures: Vec<Pending<'_, T>>) -> Vec<T> {
-    let mut slots: Vec<(Pending<'_, T>, Option<T>)> =
-        futures.into_iter().map(|f| (f, None)).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in slots.iter_mut().filter(|(_, o)| o.is_none()) {
-            match future.as_mut().poll(cx) {
-                Poll::Ready(value) => *output = Some(value),
-                Poll::Pending => pending = true,
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    slots
-        .into_iter()
-        .map(|(_, output)| output.expect("every future finished"))
-        .collect()
 }
 
 /// Every lock under `prefix` (itself included), with its view, in bytewise
@@ -178,13 +148,13 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
                     // ZooKeeper's own subtree holds no locks.
                     .filter(|c| !(dir == "/" && c.as_str() == "zookeeper"))
                     .filter(|c| recipe::parse_contender(c).is_none())
-                    .map(|c| child_path(dir, c)),
+                    .map(|c| recipe::child(dir, c)),
             );
         }
         for dir in semaphores {
             if let Some(limit) = read_limit(client, &dir).await? {
-                let gate = format!("{dir}/{SEMAPHORE_GATE}");
-                let leases = format!("{dir}/{SEMAPHORE_LEASES}");
+                let gate = recipe::child(&dir, SEMAPHORE_GATE);
+                let leases = recipe::child(&dir, SEMAPHORE_LEASES);
                 next.retain(|p| *p != gate && *p != leases);
                 found.push((dir.clone(), read_semaphore(client, &dir, limit).await?));
             }
@@ -195,7 +165,7 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
                 children
                     .iter()
                     .filter(|c| recipe::parse_contender(c).is_some())
-                    .map(move |c| child_path(dir, c))
+                    .map(move |c| recipe::child(dir, c))
             })
             .collect();
         let mut read = multi_read(client, &all_nodes, Read::Data)
@@ -220,12 +190,4 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
     }
     found.sort_by(|a, b| directory::path_order(&a.0, &b.0));
     Ok(found)
-}
-
-fn child_path(dir: &str, child: &str) -> String {
-    if dir == "/" {
-        format!("/{child}")
-    } else {
-        format!("{dir}/{child}")
-    }
 }

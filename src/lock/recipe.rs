@@ -1,5 +1,6 @@
-//! The lock recipe's pure parts (DESIGN.md section 3): node names, ordering
-//! and the "who goes next" predicate. `acquire.rs` runs them against ZooKeeper.
+//! The lock recipe's pure parts (docs/design.md, "The lock recipe"): node
+//! names and paths, ordering and the "who goes next" predicate. `queue.rs`
+//! and `semaphore.rs` run them against ZooKeeper.
 
 use std::cmp::Ordering;
 
@@ -48,6 +49,14 @@ const CONTENDERS: [(&str, Class); 5] = [
 /// The uuid lets us find our node again when a create's reply is lost.
 pub fn node_prefix(marker: &str, uuid: &str) -> String {
     format!("_c_{uuid}{marker}")
+}
+
+/// The path of the child `name` of the node at `dir`.
+pub fn child(dir: &str, name: &str) -> String {
+    match dir {
+        "/" => format!("/{name}"),
+        _ => format!("{dir}/{name}"),
+    }
 }
 
 /// A child of a lock directory that takes part in the queue.
@@ -202,6 +211,15 @@ pub fn acquisition_order<'a>(paths: &[&'a str]) -> Vec<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn child_paths() {
+        assert_eq!(
+            child("/locks/x", "_c_u-lock-0000000001"),
+            "/locks/x/_c_u-lock-0000000001"
+        );
+        assert_eq!(child("/", "zklock.record"), "/zklock.record");
+    }
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

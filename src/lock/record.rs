@@ -1,6 +1,8 @@
-//! The run record of `--once-per` (pure parts; the reads and writes are in
-//! `record_store.rs`): a persistent child of the lock path holding the last
-//! run and the last successful run, in server time.
+//! The run record of `--once-per` (docs/design.md, "The run record"): a
+//! persistent child of the lock path holding the last run and the last
+//! successful run, in server time; what it decides (pure), and its reads
+//! and writes. Every write is versioned: a record changed since it was read
+//! is read again, never overwritten blindly.
 //!
 //! Its name, [`RECORD`], contains none of the markers any lock recipe
 //! parses (`-lock-`/`lock-`, `__READ__`, `__WRIT__`, `__lock__`,
@@ -9,22 +11,25 @@
 //! sorts every child by what follows its marker, sorts a name without one
 //! after every sequence number.
 
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use zookeeper_client as zk;
+
+use crate::lock::directory::NodeStat;
+use crate::lock::inspect::node_stat;
+use crate::lock::recipe;
+use crate::session::retrying;
 
 /// The record's name under the lock path.
 pub const RECORD: &str = "zklock.record";
 
 /// The record's path for a lock path.
 pub fn record_path(lock: &str) -> String {
-    if lock == "/" {
-        format!("/{RECORD}")
-    } else {
-        format!("{lock}/{RECORD}")
-    }
+    recipe::child(lock, RECORD)
 }
 
 /// What the record node holds, as JSON (field names are a public contract,
-/// listed in the README).
+/// listed in docs/design.md, "The run record").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -156,16 +161,132 @@ pub fn reported_success(record: &Record, now_ms: i64, window_ms: i64) -> Option<
     }
 }
 
-/// Server milliseconds since the epoch as RFC 3339, UTC, to the millisecond.
-pub fn rfc3339_ms(millis: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(millis.max(0) as u64);
-    humantime::format_rfc3339_millis(time).to_string()
+/// Versioned writes that keep failing mean someone else keeps writing the
+/// record: give up rather than spin.
+const TRIES: usize = 10;
+
+/// The record of the lock at `lock`, if there is one.
+pub async fn read(client: &zk::Client, lock: &str) -> Result<Option<(Record, NodeStat)>> {
+    let path = record_path(lock);
+    match retrying(|| client.get_data(&path)).await {
+        Ok((data, stat)) => Ok(Some((Record::parse(&data), node_stat(&stat)))),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(err) => Err(err).with_context(|| format!("reading {path}")),
+    }
+}
+
+/// The record as it was, and the server's time now.
+#[derive(Debug)]
+pub struct Stamped {
+    pub record: Record,
+    /// The record's version after our write.
+    pub version: i32,
+    /// The mtime our write got: the server's clock, now.
+    pub now_ms: i64,
+}
+
+/// Rewrites the record unchanged (creating it if missing) to learn the
+/// server's time from the write's mtime. Call it while holding the lock.
+pub async fn stamp(client: &zk::Client, lock: &str, acls: &[zk::Acl]) -> Result<Stamped> {
+    let path = record_path(lock);
+    for _ in 0..TRIES {
+        let (data, stat) = match retrying(|| client.get_data(&path)).await {
+            Err(zk::Error::NoNode) => {
+                let empty = Record::default();
+                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+                match retrying(|| client.create(&path, &empty.to_bytes(), &persistent)).await {
+                    Ok((stat, _)) => {
+                        return Ok(Stamped {
+                            record: empty,
+                            version: stat.version,
+                            now_ms: stat.mtime,
+                        });
+                    }
+                    // Created meanwhile (or by our own lost reply): read it.
+                    Err(zk::Error::NodeExists) => continue,
+                    Err(err) => return Err(err).with_context(|| format!("creating {path}")),
+                }
+            }
+            result => result.with_context(|| format!("reading {path}"))?,
+        };
+        match retrying(|| client.set_data(&path, &data, Some(stat.version))).await {
+            Ok(written) => {
+                return Ok(Stamped {
+                    record: Record::parse(&data),
+                    version: written.version,
+                    now_ms: written.mtime,
+                });
+            }
+            Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
+            Err(err) => return Err(err).with_context(|| format!("writing {path}")),
+        }
+    }
+    bail!("{path} keeps changing; not running")
+}
+
+/// How recording a run ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recorded {
+    Done,
+    /// A run with a later fencing token recorded meanwhile (our lock was
+    /// lost or broken): its record stands.
+    Superseded(RunRecord),
+}
+
+/// Records `run` into the record, expected to be `known` (as [`stamp`]
+/// left it, with its version). If the record changed since, it is read
+/// again and `run` is merged into it, unless a later holder's run is
+/// recorded there.
+pub async fn record(
+    client: &zk::Client,
+    lock: &str,
+    mut known: Option<(Record, i32)>,
+    run: &RunRecord,
+    acls: &[zk::Acl],
+) -> Result<Recorded> {
+    let path = record_path(lock);
+    for _ in 0..TRIES {
+        let (record, expected) = match known.take() {
+            Some(known) => known,
+            None => match retrying(|| client.get_data(&path)).await {
+                Ok((data, stat)) => (Record::parse(&data), stat.version),
+                Err(zk::Error::NoNode) => {
+                    let data = Record::default().with_run(run.clone()).to_bytes();
+                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+                    match retrying(|| client.create(&path, &data, &persistent)).await {
+                        Ok(_) => return Ok(Recorded::Done),
+                        Err(zk::Error::NodeExists) => continue,
+                        Err(err) => return Err(err).with_context(|| format!("creating {path}")),
+                    }
+                }
+                Err(err) => return Err(err).with_context(|| format!("reading {path}")),
+            },
+        };
+        if let Some(later) = record
+            .last_run
+            .as_ref()
+            .filter(|last| last.fencing_token > run.fencing_token)
+        {
+            return Ok(Recorded::Superseded(later.clone()));
+        }
+        if record.last_run.as_ref() == Some(run) {
+            // Our own write, whose reply was lost.
+            return Ok(Recorded::Done);
+        }
+        let data = record.with_run(run.clone()).to_bytes();
+        match retrying(|| client.set_data(&path, &data, Some(expected))).await {
+            Ok(_) => return Ok(Recorded::Done),
+            Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
+            Err(err) => return Err(err).with_context(|| format!("writing {path}")),
+        }
+    }
+    bail!("{path} keeps changing; this run is not recorded")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
+    use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
 
     fn run(start_ms: i64, exit_status: u8, token: i64) -> RunRecord {
         RunRecord {

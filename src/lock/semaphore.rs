@@ -7,8 +7,8 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::nodes::{Node, create_ancestors, create_dir, create_node, denied, parent};
+use crate::lock::queue::{Acquired, Observer, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
-use crate::lock::turn::{Acquired, Observer, Request, take_turn};
 use crate::session::retrying;
 
 /// A permit of the semaphore at `request.dir` (Curator's
@@ -24,9 +24,9 @@ pub async fn acquire_permit(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let gate_dir = format!("{}/{SEMAPHORE_GATE}", request.dir);
+    let gate_dir = recipe::child(request.dir, SEMAPHORE_GATE);
     claim_semaphore(client, request.dir, limit, request.acls).await?;
-    let leases = format!("{}/{SEMAPHORE_LEASES}", request.dir);
+    let leases = recipe::child(request.dir, SEMAPHORE_LEASES);
     let taken = match request.wait {
         true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
         false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, observer).await?,
@@ -116,9 +116,7 @@ async fn gate_without_waiting(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let gate = create_node(client, gate_dir, LOCK, request.data, request.acls).await?;
-    observer.queued(&gate);
-    owned.push(gate.clone());
+    let gate = enqueue(request, gate_dir, LOCK, owned, observer).await?;
     loop {
         let queue = retrying(|| client.list_children(gate_dir))
             .await
@@ -126,7 +124,7 @@ async fn gate_without_waiting(
         let predecessor = match recipe::standing(&queue, gate.name()) {
             Standing::Held => return Ok(Acquired::Held(gate, None)),
             Standing::Missing => return Ok(Acquired::Lost),
-            Standing::Waiting { predecessor, .. } => format!("{gate_dir}/{predecessor}"),
+            Standing::Waiting { predecessor, .. } => recipe::child(gate_dir, predecessor),
         };
         // One round trip for both: the look at the pool and the watch on the
         // node ahead.

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::session_timeout_ms;
-use super::wait_report::WaitReport;
-use crate::lock::acquire::{self, Node};
+use super::wait::WaitReport;
+use crate::lock::queue::{self, Node};
 use crate::report::Report;
 use crate::session::Session;
+use crate::values::human_ms;
 
 /// How long cleaning up may take once the deadline has passed: the nodes
 /// go with the session anyway, and "on time" is the point of a deadline.
@@ -57,10 +57,10 @@ impl GivenUp<'_> {
         let held_path = self.held_path;
         if let Some(since) = self.unreachable_since {
             // Nobody to ask who holds the lock: say what happened instead.
-            let timeout = session_timeout_ms(&session);
+            let timeout = session.timeout();
             let deleted = Cell::new(false);
             let cleanup = async {
-                deleted.set(session.delete(&acquire::paths(owned)).await);
+                deleted.set(session.delete(&queue::paths(owned)).await);
                 session.close(&[]).await;
             };
             let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
@@ -68,13 +68,12 @@ impl GivenUp<'_> {
                 true => String::new(),
                 false => format!(
                     " (our queue node goes when the session expires, within {})",
-                    humantime::format_duration(timeout)
+                    human_ms(timeout)
                 ),
             };
-            let since = Duration::from_millis(since.elapsed().as_millis() as u64);
             report.note(format_args!(
                 "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-                humantime::format_duration(since),
+                human_ms(since.elapsed()),
             ));
             return;
         }
@@ -84,7 +83,7 @@ impl GivenUp<'_> {
         };
         let cleanup = async {
             let holder = observer.holder_description(&session).await;
-            session.close(&acquire::paths(owned)).await;
+            session.close(&queue::paths(owned)).await;
             holder
         };
         let holder = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup)

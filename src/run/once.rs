@@ -15,34 +15,14 @@ use anyhow::Result;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::Plan;
 use super::metrics::Facts;
-use crate::exit::{Exit, Failure};
-use crate::lock::acquire::Node;
-use crate::lock::directory::HolderData;
-use crate::lock::holder::escape_controls;
-use crate::lock::recipe::LockKind;
-use crate::lock::record::{self, Record, RunRecord, Verdict};
-use crate::lock::record_store::{self, Recorded};
-use crate::values::Seconds;
-
-/// Why `--once-per` cannot go with the rest of the command line, if so.
-pub fn refuse(plan: &Plan<'_>) -> Result<()> {
-    if plan.args.once_per.is_none() {
-        return Ok(());
-    }
-    let why = match (plan.kind, plan.paths.len()) {
-        (LockKind::Semaphore(_), _) => {
-            "--once-per cannot be combined with --limit: a window has exactly one run"
-        }
-        (LockKind::Read, _) => {
-            "--once-per needs an exclusive lock: shared holders could all decide to run"
-        }
-        (_, n) if n > 1 => "--once-per takes exactly one PATH (the record lives beside its lock)",
-        _ => return Ok(()),
-    };
-    Err(Failure::usage(why))
-}
+use super::plan::Plan;
+use crate::exit::{Exit, Step};
+use crate::lock::holder::{escape_controls, on_host};
+use crate::lock::queue::Node;
+use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
+use crate::values::Precision::Millis;
+use crate::values::{Seconds, rfc3339, server_time};
 
 /// A run that may go ahead, to be recorded once the command is done.
 pub struct Pending {
@@ -55,18 +35,18 @@ pub struct Pending {
 }
 
 /// Decides, holding the lock on `held`, whether the command runs:
-/// `Ok(None)` without `--once-per`, `Err(exit)` when it is skipped.
+/// no pending run without `--once-per`; the end when it is skipped.
 pub async fn check(
     plan: &Plan<'_>,
     client: &zk::Client,
     held: &[Node],
     facts: &Rc<Facts>,
-) -> Result<Result<Option<Pending>, Exit>> {
+) -> Result<Step<Option<Pending>>> {
     let (Some(window), Some(node)) = (plan.args.once_per, held.first()) else {
-        return Ok(Ok(None));
+        return Ok(Step::Go(None));
     };
     let lock = plan.order[0];
-    let stamped = record_store::stamp(client, lock, &plan.acls).await?;
+    let stamped = record::stamp(client, lock, &plan.acls).await?;
     let window_ms = millis(window.0);
     let retry = plan.args.retry_after.unwrap_or(Seconds(Duration::ZERO));
     let retry_ms = millis(retry.0);
@@ -78,7 +58,7 @@ pub async fn check(
     let skip = |why: std::fmt::Arguments<'_>| {
         facts.skipped();
         plan.report.note(format_args!("not running: {lock} {why}"));
-        Ok(Err(Exit::Conflict(plan.args.conflict_exit_code)))
+        Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)))
     };
     match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {
         Verdict::Skip { last, ago_ms } => skip(format_args!(
@@ -92,7 +72,10 @@ pub async fn check(
             when(ago_ms),
             who(&failed),
             failed.exit_status,
-            record::rfc3339_ms(failed.start_ms.saturating_add(retry_ms)),
+            rfc3339(
+                server_time(failed.start_ms.saturating_add(retry_ms)),
+                Millis
+            ),
         )),
         verdict => {
             if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
@@ -103,7 +86,7 @@ pub async fn check(
                     who(&last),
                 ));
             }
-            Ok(Ok(Some(Pending {
+            Ok(Step::Go(Some(Pending {
                 lock: lock.to_owned(),
                 known: Some((stamped.record, stamped.version)),
                 start_ms: stamped.now_ms,
@@ -135,14 +118,9 @@ fn when(ago_ms: i64) -> String {
 
 /// Where and when a recorded run ran, for a skip line.
 fn who(run: &RunRecord) -> String {
-    let user = run
-        .user
-        .as_deref()
-        .map(|u| format!(" (user {})", escape_controls(u)))
-        .unwrap_or_default();
     format!(
-        "on {}{user} at {} (fencing token {})",
-        escape_controls(&run.host),
+        "{} at {} (fencing token {})",
+        on_host(&run.host, run.user.as_deref()),
         escape_controls(&run.start),
         run.fencing_token
     )
@@ -152,19 +130,18 @@ impl Pending {
     /// Records the run that ended with `exit`; call it before releasing
     /// the lock. A failure to record is reported, never changes the exit.
     pub async fn finish(self, plan: &Plan<'_>, client: &zk::Client, exit: Exit) {
-        let me = HolderData::parse(&plan.data).unwrap_or_default();
         let end_ms = self.start_ms + self.started.elapsed().as_millis() as i64;
         let run = RunRecord {
             start_ms: self.start_ms,
-            start: record::rfc3339_ms(self.start_ms),
+            start: rfc3339(server_time(self.start_ms), Millis),
             end_ms,
-            end: record::rfc3339_ms(end_ms),
-            host: me.host.unwrap_or_default(),
-            user: me.user,
+            end: rfc3339(server_time(end_ms), Millis),
+            host: plan.own.host.clone().unwrap_or_default(),
+            user: plan.own.user.clone(),
             exit_status: exit.code(),
             fencing_token: self.token,
         };
-        match record_store::record(client, &self.lock, self.known, &run, &plan.acls).await {
+        match record::record(client, &self.lock, self.known, &run, &plan.acls).await {
             Ok(Recorded::Done) if exit == Exit::Command(0) => {
                 self.facts.last_success(Some(run.start_ms));
             }

@@ -9,7 +9,7 @@ use anyhow::Result;
 use crate::cli::RunArgs;
 use crate::command::child::{self};
 use crate::exit::Failure;
-use crate::lock::holder::OwnData;
+use crate::lock::holder::HolderData;
 use crate::lock::lease::LeasePolicy;
 use crate::lock::recipe::{LockKind, acquisition_order};
 use crate::report::Report;
@@ -30,7 +30,7 @@ pub(super) struct Plan<'a> {
     pub(super) wait: bool,
     /// What our nodes say about us (holder.rs), and the data they are
     /// created with.
-    pub(super) own: OwnData,
+    pub(super) own: HolderData,
     pub(super) data: Vec<u8>,
     pub(super) report: Report,
 }
@@ -42,10 +42,10 @@ impl<'a> Plan<'a> {
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
         let connect = Settings::resolve(&args.connection.given()).map_err(Failure::usage)?;
-        let own = OwnData::new(&argv, args.label.as_deref());
+        let own = HolderData::ours(&argv, args.label.as_deref());
         let plan = Plan {
             args,
-            data: own.queued(),
+            data: own.to_bytes(),
             own,
             argv,
             order: acquisition_order(&paths),
@@ -62,7 +62,7 @@ impl<'a> Plan<'a> {
             plan.policy(plan.connect.session_timeout)
                 .map_err(Failure::usage)?;
         }
-        super::once::refuse(&plan)?;
+        refuse_once_per(&plan)?;
         Ok(plan)
     }
 
@@ -86,4 +86,22 @@ impl<'a> Plan<'a> {
             None => policy.with_default_kill_after(),
         }
     }
+}
+
+/// Why `--once-per` cannot go with the rest of the command line, if so.
+fn refuse_once_per(plan: &Plan<'_>) -> Result<()> {
+    if plan.args.once_per.is_none() {
+        return Ok(());
+    }
+    let why = match (plan.kind, plan.paths.len()) {
+        (LockKind::Semaphore(_), _) => {
+            "--once-per cannot be combined with --limit: a window has exactly one run"
+        }
+        (LockKind::Read, _) => {
+            "--once-per needs an exclusive lock: shared holders could all decide to run"
+        }
+        (_, n) if n > 1 => "--once-per takes exactly one PATH (the record lives beside its lock)",
+        _ => return Ok(()),
+    };
+    Err(Failure::usage(why))
 }

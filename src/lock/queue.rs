@@ -1,17 +1,20 @@
-//! Waiting for a turn in a lock directory: the plain lock loop (exclusive,
-//! read and write locks, and a semaphore's gate), the vocabulary of a wait
+//! The lock loop (docs/design.md, "The lock recipe"): [`take_turn`] queues
+//! a node and waits until nothing that excludes it precedes it, over the
+//! pure helpers of `recipe.rs`; for exclusive, read and write locks and for
+//! a semaphore's gate (`semaphore.rs`). Also the vocabulary of a wait
 //! (request, outcome, observer) and the watches it leaves for the lease.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context as TaskContext, Waker};
 
 use anyhow::{Context, Result};
+use futures::FutureExt;
 use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::lock::holder::Seen;
-use crate::lock::nodes::{Node, create_node, denied};
+pub use crate::lock::nodes::{MissingChroot, Node, paths};
+use crate::lock::nodes::{create_node, denied};
 use crate::lock::recipe::{self, LockKind, Standing};
 use crate::session::retrying;
 
@@ -67,10 +70,8 @@ pub async fn take_turn(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let node = create_node(client, dir, marker, request.data, request.acls).await?;
-    observer.queued(&node);
+    let node = enqueue(request, dir, marker, owned, observer).await?;
     let me = node.name().to_owned();
-    owned.push(node.clone());
     let mut reported_first = String::new();
     let mut own_watch = None;
     'queue: loop {
@@ -89,9 +90,9 @@ pub async fn take_turn(
                 ahead,
                 first,
             } => (
-                format!("{dir}/{predecessor}"),
+                recipe::child(dir, predecessor),
                 ahead,
-                format!("{dir}/{first}"),
+                recipe::child(dir, first),
             ),
         };
         // Not kept while we wait, which may be for hours: with 2,000 waiters
@@ -128,7 +129,8 @@ pub async fn take_turn(
             };
             // Events come in the order of the changes they report: with none
             // for our node, it was still there when the node ahead went.
-            if fired(&mut own_watch_now) {
+            // A watch found fired is spent: drop it.
+            if own_watch_now.as_mut().now_or_never().is_some() {
                 continue 'queue;
             }
             own_watch = Some(own_watch_now);
@@ -158,6 +160,21 @@ pub async fn take_turn(
     Ok(Acquired::Held(node, own_watch))
 }
 
+/// Creates our `marker` node in `dir` and owns it at once (see
+/// `lock::acquire`).
+pub async fn enqueue(
+    request: &Request<'_>,
+    dir: &str,
+    marker: &str,
+    owned: &mut Vec<Node>,
+    observer: &mut dyn Observer,
+) -> Result<Node> {
+    let node = create_node(request.client, dir, marker, request.data, request.acls).await?;
+    observer.queued(&node);
+    owned.push(node.clone());
+    Ok(node)
+}
+
 /// `existing`, or a new data watch on our node at `path`; None if the node
 /// is gone (or, which cannot happen, not ours).
 async fn watch_own(
@@ -175,13 +192,6 @@ async fn watch_own(
         Ok(_) | Err(zk::Error::NoNode) => Ok(None),
         Err(err) => Err(err).context("watching our node"),
     }
-}
-
-/// Whether the watch's event has come, without waiting for it. A watch
-/// found fired is spent: drop it.
-fn fired(watch: &mut NodeWatch) -> bool {
-    let mut context = TaskContext::from_waker(Waker::noop());
-    watch.as_mut().poll(&mut context).is_ready()
 }
 
 /// A plain lock asked for on a semaphore's path would not exclude the

@@ -1,4 +1,5 @@
-//! A nested run on locks its enclosing run holds (README "Nested runs").
+//! A nested run on locks its enclosing run holds (docs/design.md, "Nested
+//! runs").
 //!
 //! The enclosing zklock's `ZKLOCK_*` variables name the nodes it holds. When
 //! every requested path is among them and ZooKeeper confirms each node (it
@@ -14,36 +15,40 @@
 //! run through another ensemble or chroot finds nothing and takes its locks
 //! as usual.
 
+mod claims;
+
 use anyhow::{Context, Result};
 use zookeeper_client as zk;
 
-use super::ancestor::{self, Claim, Decision, Held, Inherited, Observed};
-use super::{HeldLock, Plan, command_environment, connect, run_command};
+use self::claims::{Claim, Decision, Held, Inherited, Observed};
+use super::acquire::connect;
+use super::hold::{HeldLock, command_environment, run_command};
+use super::plan::Plan;
 use crate::command::child::Child;
 use crate::command::signals::Signals;
-use crate::exit::{Exit, Failure};
-use crate::lock::acquire::Node;
+use crate::exit::{Failure, Step};
+use crate::lock::queue::Node;
 use crate::lock::recipe;
 use crate::session::retrying;
 
 /// Runs the command under the enclosing run's locks if it holds them all
-/// (`Some(exit)`), refuses if that cannot work, or leaves the run to the
-/// usual path (`None`). Connects only when the environment claims one of
+/// (and ends with its exit), refuses if that cannot work, or leaves the run
+/// to the usual path (goes on). Connects only when the environment claims one of
 /// the requested paths.
-pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Exit>> {
-    let claims = ancestor::claims(&Inherited::from_env(), &plan.paths);
+pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>> {
+    let claims = claims::claims(&Inherited::from_env(), &plan.paths);
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
-        return Ok(None);
+        return Ok(Step::Go(()));
     };
     let (session, policy) = match connect(plan, signals).await? {
-        Ok(connected) => connected,
-        Err(exit) => return Ok(Some(exit)),
+        Step::Go(connected) => connected,
+        Step::End(exit) => return Ok(Step::End(exit)),
     };
     let mut verdicts = Vec::new();
     for claim in &claims {
         let verdict = match claim {
             Some(claim) => match observe(session.client(), claim).await {
-                Ok(observed) => Some(ancestor::verdict(claim, plan.kind, &observed)),
+                Ok(observed) => Some(claims::verdict(claim, plan.kind, &observed)),
                 Err(err) => {
                     let _ = session.close(&[]).await;
                     return Err(err);
@@ -53,10 +58,10 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
         };
         verdicts.push(verdict);
     }
-    let held = match ancestor::decide(&plan.paths, plan.kind, &verdicts) {
+    let held = match claims::decide(&plan.paths, plan.kind, &verdicts) {
         Decision::Normal => {
             let _ = session.close(&[]).await;
-            return Ok(None);
+            return Ok(Step::Go(()));
         }
         Decision::Refuse(message) => {
             let _ = session.close(&[]).await;
@@ -93,7 +98,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Option<Ex
     let prepared = Child::prepare(&plan.argv)?;
     let exit = run_command(plan, signals, &session, lock, policy, &env, prepared).await;
     let _ = session.close(&[]).await;
-    exit.map(|(exit, _)| Some(exit))
+    exit.map(|(exit, _)| Step::End(exit))
 }
 
 /// Reads what decides a claim, after a sync: a new session may be served

@@ -1,17 +1,110 @@
-//! Showing a wait as it goes: one self-updating status line at a terminal,
-//! or with `-v` and no terminal (CI logs) a heartbeat line every minute.
-//! Off a terminal without `-v` nothing is shown: cron mails every line.
+//! The visible wait: what zklock says while it waits for a lock.
+//! [`WaitReport`] hears the lock loop's progress (the queue, who holds the
+//! lock) and reports it by verbosity; [`WaitDisplay`] shows the wait as it
+//! goes: one self-updating status line at a terminal, or with `-v` and no
+//! terminal (CI logs) a heartbeat line every minute. Off a terminal without
+//! `-v` nothing is shown: cron mails every line.
 
-use std::cell::RefCell;
+mod terminal;
+
+use std::cell::{Cell, RefCell};
 use std::io::IsTerminal;
+use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use tokio::time::Instant;
 
-use crate::lock::directory::HolderData;
-use crate::lock::holder::{self, Seen};
+use self::terminal::new_bar;
+use crate::lock::holder::{self, Detail, HolderData, Seen};
+use crate::lock::queue::{Node, Observer};
 use crate::report::{self, Report, Verbosity};
+use crate::session::Session;
+use crate::values::server_time;
+
+/// Reports the queue while waiting and remembers who was first, to say who
+/// held the lock if we give up.
+pub struct WaitReport {
+    report: Report,
+    display: Rc<WaitDisplay>,
+    first: Option<String>,
+    first_data: Option<Seen>,
+    /// The lock path being taken now (of several, the one that is held).
+    pub current: Option<String>,
+    /// Set once the queue was looked at (our node created and the queue
+    /// listed): a deadline may cancel the wait only after that.
+    pub looked: Rc<Cell<bool>>,
+}
+
+impl Observer for WaitReport {
+    fn queued(&mut self, node: &Node) {
+        self.report.info(format_args!("queued as {}", node.path));
+    }
+
+    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
+        self.looked.set(true);
+        if let Some(seen) = first_data {
+            self.first_data = Some(seen.clone());
+        }
+        if self.first.as_deref() != Some(first) {
+            let holder = first_data
+                .and_then(holder::describe)
+                .map(|h| format!(" ({h})"))
+                .unwrap_or_default();
+            self.report.info(format_args!(
+                "position {} in the queue; first is {first}{holder}",
+                ahead + 1
+            ));
+            self.first = Some(first.to_owned());
+        }
+        let path = self.current.as_deref().unwrap_or_default();
+        self.display.waiting(path, ahead, first, first_data);
+    }
+
+    fn wants_data(&self) -> bool {
+        self.report.0 >= Verbosity::Verbose || self.display.wants_data()
+    }
+
+    fn pool_full(&mut self, holders: usize) {
+        self.looked.set(true);
+        self.report.info(format_args!(
+            "all {holders} permits are taken; waiting for one"
+        ));
+        self.first = None;
+        let path = self.current.as_deref().unwrap_or_default();
+        self.display.pool_full(path, holders);
+    }
+}
+
+impl WaitReport {
+    pub fn new(report: Report, display: Rc<WaitDisplay>) -> WaitReport {
+        WaitReport {
+            report,
+            display,
+            first: None,
+            first_data: None,
+            current: None,
+            looked: Rc::default(),
+        }
+    }
+
+    /// `: held by pid ... on ...`. Read again now: what was read while
+    /// waiting may predate the holder's write of its command's pid and start.
+    pub async fn holder_description(&self, session: &Session) -> String {
+        let Some(first) = &self.first else {
+            return String::new();
+        };
+        let read = session.client().get_data(first);
+        let seen = match tokio::time::timeout(Duration::from_secs(1), read).await {
+            Ok(Ok(found)) => Some(Seen::from(found)),
+            _ => self.first_data.clone(),
+        };
+        seen.as_ref()
+            .and_then(holder::describe)
+            .map(|h| format!(": held by {h}"))
+            .unwrap_or_default()
+    }
+}
 
 /// How often a `-v` run without a terminal says it still waits.
 const HEARTBEAT: Duration = Duration::from_secs(60);
@@ -174,120 +267,6 @@ impl Drop for WaitDisplay {
     }
 }
 
-/// A spinner with a message on stderr; our own lines are printed above it.
-fn new_bar() -> ProgressBar {
-    let target = ProgressDrawTarget::term_like_with_hz(Box::new(Stderr::default()), 20);
-    let bar = ProgressBar::with_draw_target(None, target);
-    // The template is a constant: it parses.
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {wide_msg}") {
-        bar.set_style(style);
-    }
-    report::show_above(Some(bar.clone()));
-    bar
-}
-
-/// Columns at the end of the terminal's line the status line leaves free,
-/// for what the terminal echoes there (`^C`). indicatif pads its line to
-/// the width it is given and leaves the cursor after it: given the full
-/// width, the echo wraps onto a line of its own, and erasing the status
-/// line then erases that one instead.
-const LINE_ROOM: u16 = 4;
-
-/// stderr, a terminal, as indicatif draws on it, but narrower by
-/// [`LINE_ROOM`]. Escape sequences as `console` writes them; a draw is
-/// written at once, on flush.
-#[derive(Debug, Default)]
-struct Stderr {
-    pending: std::sync::Mutex<Vec<u8>>,
-}
-
-impl Stderr {
-    fn put(&self, text: &str) -> std::io::Result<()> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(text.as_bytes());
-        Ok(())
-    }
-
-    fn moved(&self, n: usize, code: char) -> std::io::Result<()> {
-        match n {
-            0 => Ok(()),
-            n => self.put(&format!("\x1b[{n}{code}")),
-        }
-    }
-}
-
-impl indicatif::TermLike for Stderr {
-    fn width(&self) -> u16 {
-        terminal_size().1.saturating_sub(LINE_ROOM).max(1)
-    }
-
-    fn height(&self) -> u16 {
-        terminal_size().0
-    }
-
-    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
-        self.moved(n, 'A')
-    }
-
-    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
-        self.moved(n, 'B')
-    }
-
-    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
-        self.moved(n, 'C')
-    }
-
-    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
-        self.moved(n, 'D')
-    }
-
-    fn write_line(&self, s: &str) -> std::io::Result<()> {
-        self.put(s)?;
-        self.put("\n")
-    }
-
-    fn write_str(&self, s: &str) -> std::io::Result<()> {
-        self.put(s)
-    }
-
-    fn clear_line(&self) -> std::io::Result<()> {
-        self.put("\r\x1b[2K")
-    }
-
-    fn flush(&self) -> std::io::Result<()> {
-        use std::io::Write;
-        let bytes = std::mem::take(
-            &mut *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        let mut stderr = std::io::stderr().lock();
-        stderr.write_all(&bytes)?;
-        stderr.flush()
-    }
-}
-
-/// Rows and columns of the terminal on stderr (24 x 80 if it does not say),
-/// read at every draw so that a resized window is followed.
-fn terminal_size() -> (u16, u16) {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives on our
-    // stack for the whole call; a descriptor that is not a terminal fails.
-    let rc = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
-    match (rc, size.ws_row, size.ws_col) {
-        (0, rows, cols) if rows > 0 && cols > 0 => (rows, cols),
-        _ => (24, 80),
-    }
-}
-
 /// The heartbeat's interval. ZKLOCK_HEARTBEAT_INTERVAL is a hook for the
 /// integration tests only (a minute is too long to wait for); it is not
 /// documented for users.
@@ -328,19 +307,13 @@ fn holder_text(seen: &Seen, now: SystemTime) -> Option<String> {
     let Some(data) = HolderData::parse(&seen.data) else {
         return holder::describe(seen);
     };
-    let acquired = data.acquired == Some(true);
-    let mut text = match (acquired, data.pid, data.zklock_pid) {
-        (true, Some(pid), _) | (false, Some(pid), None) => format!("pid {pid}"),
-        (_, _, Some(zklock)) => format!("zklock {zklock}"),
-        (_, None, None) => return None,
-    };
-    if let Some(host) = &data.host {
-        text.push_str(&format!(" on {}", holder::escape_controls(host)));
+    if data.pid.is_none() && data.zklock_pid.is_none() {
+        return None;
     }
-    if acquired {
-        let since = SystemTime::UNIX_EPOCH + Duration::from_millis(seen.mtime.max(0) as u64);
-        let held = now.duration_since(since).unwrap_or_default();
-        text.push_str(&format!(" for {}", short(held)));
+    let mut text = data.who(Detail::Brief);
+    if data.acquired == Some(true) {
+        let held = now.duration_since(server_time(seen.mtime));
+        text.push_str(&format!(" for {}", short(held.unwrap_or_default())));
     }
     Some(text)
 }

@@ -1,7 +1,7 @@
 //! Whether an enclosing `zklock run` already holds what a nested run asks
 //! for (pure). The enclosing run says what it holds through the command's
-//! environment (DESIGN.md section 7); `reentry.rs` reads the claimed nodes
-//! in ZooKeeper and this module decides.
+//! environment (docs/design.md, "Nested runs"); `mod.rs` reads the claimed
+//! nodes in ZooKeeper and this module decides.
 //!
 //! Only the nearest enclosing run is seen: a run on another path in between
 //! overrides the `ZKLOCK_*` variables.

@@ -1,4 +1,5 @@
-//! Deciding that a held lock is lost (DESIGN.md section 4).
+//! Deciding that a held lock is lost (docs/design.md, "Session and lease
+//! rules"); the rule's arithmetic is in `policy.rs`.
 //!
 //! Timeline of a disconnection while holding, with T the granted session
 //! timeout, C the connection timeout and K `--kill-after`:
@@ -15,125 +16,24 @@
 //! lock. So the command must be dead by then: TERM at the deadline, KILL K
 //! later, with a margin m for timer granularity and reaping.
 
+mod policy;
+
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
+use futures::future::select_all;
 use tokio::time::{Instant, sleep_until};
 use zookeeper_client as zk;
 
-use crate::lock::acquire::NodeWatch;
+pub use self::policy::{DEFAULT_KILL_AFTER, LeasePolicy, OnDisconnect};
+use crate::lock::queue::NodeWatch;
 use crate::report::Report;
+use crate::session::{Settings, is_connection_loss, is_session_lost, retrying};
+use crate::values::{Precision, rfc3339};
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
-use crate::session::{Settings, is_connection_loss, is_session_lost, retrying};
-
-/// What a disconnection means while holding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OnDisconnect {
-    /// Keep running until the lease deadline while the session reconnects.
-    Lease,
-    /// Any disconnection loses the lock.
-    Kill,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct LeasePolicy {
-    pub session_timeout: Duration,
-    pub connection_timeout: Duration,
-    pub kill_after: Duration,
-    pub on_disconnect: OnDisconnect,
-    /// Look at our nodes every so often instead of watching them. With SASL,
-    /// zookeeper-client 0.11.2 re-registers watches on a new connection
-    /// before SASL has finished, and a server enforcing authentication then
-    /// fails the session (AuthFailed): a held lock must keep no watch.
-    pub poll_nodes: Option<Duration>,
-}
-
-impl LeasePolicy {
-    fn margin(&self) -> Duration {
-        self.connection_timeout / 4 + Duration::from_millis(100)
-    }
-
-    /// How long after a disconnection is noticed the command may keep
-    /// running while the same session tries to come back.
-    pub fn grace(&self) -> Duration {
-        match self.on_disconnect {
-            OnDisconnect::Kill => Duration::ZERO,
-            OnDisconnect::Lease => self
-                .session_timeout
-                .saturating_sub(self.connection_timeout + self.kill_after + self.margin()),
-        }
-    }
-
-    /// The most `--kill-after` may be: a noticed disconnection must leave
-    /// room for K and the margin before the earliest expiry, and (in lease
-    /// mode) one connection timeout to reconnect in. Values must stay below it.
-    fn kill_after_budget(&self, reconnect: bool) -> Duration {
-        let needed = match (self.on_disconnect, reconnect) {
-            (OnDisconnect::Lease, true) => self.connection_timeout,
-            _ => Duration::ZERO,
-        };
-        self.session_timeout
-            .saturating_sub(self.connection_timeout + self.margin() + needed)
-    }
-
-    /// Refuses settings under which the command could outlive the session:
-    /// `--kill-after` must fit between a noticed disconnection and the
-    /// earliest expiry, leaving (in lease mode) one connection timeout to
-    /// reconnect in.
-    pub fn check(&self) -> Result<(), String> {
-        let budget = self.kill_after_budget(true);
-        if self.kill_after < budget {
-            return Ok(());
-        }
-        Err(format!(
-            "--kill-after {} leaves no room in a {} session: a lost lock could not be \
-             given up before the session expires; use --kill-after below {} or a longer \
-             --session-timeout",
-            fmt(self.kill_after),
-            fmt(self.session_timeout),
-            fmt(budget),
-        ))
-    }
-
-    /// This policy with the `--kill-after` an unset option takes: the
-    /// largest value below the budget, in whole 10 ms, at most
-    /// [`DEFAULT_KILL_AFTER`]. A session so short that even that budget is
-    /// empty (about 2 s and less, lease mode) gives up the reconnection
-    /// window instead of the guarantee: K is then half of what is left
-    /// between a noticed disconnection and the expiry, and the lease keeps
-    /// the command for the other half. Errs only when nothing is left at all.
-    pub fn with_default_kill_after(self) -> Result<LeasePolicy, String> {
-        const STEP: Duration = Duration::from_millis(10);
-        let below = |budget: Duration| {
-            let steps =
-                budget.saturating_sub(Duration::from_millis(1)).as_millis() / STEP.as_millis();
-            STEP * steps as u32
-        };
-        let mut kill_after = below(self.kill_after_budget(true)).min(DEFAULT_KILL_AFTER);
-        if kill_after.is_zero() {
-            kill_after = below(self.kill_after_budget(false) / 2);
-        }
-        if kill_after.is_zero() {
-            return Err(format!(
-                "a {} session is too short to stop the command before it expires; \
-                 use a longer --session-timeout",
-                fmt(self.session_timeout)
-            ));
-        }
-        Ok(LeasePolicy { kill_after, ..self })
-    }
-}
-
-/// `--kill-after` when not given and the session leaves room for it.
-pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
-
-fn fmt(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
-}
 
 /// When the lease may first read, and watch, a node it has no watch on yet
 /// (one taken without waiting): true, or the sender dropped, means now.
@@ -261,7 +161,7 @@ pub async fn lost(
 /// deadline as a time of day (UTC: the same on every host's log) and from now.
 fn say_lost(report: Report, policy: LeasePolicy) {
     let grace = policy.grace();
-    let until = humantime::format_rfc3339_seconds(SystemTime::now() + grace).to_string();
+    let until = rfc3339(SystemTime::now() + grace, Precision::Seconds);
     // `YYYY-MM-DDTHH:MM:SSZ`: the time of day is all a reader needs here.
     let time = until.get(11..19).unwrap_or(&until);
     report.info(format_args!(
@@ -337,7 +237,7 @@ async fn any_node_lost(
         return nodes_lost_polling(client, nodes, owner, interval).await;
     }
     watches.resize_with(nodes.len(), || None);
-    let mut checks: Vec<_> = nodes
+    let checks: Vec<_> = nodes
         .iter()
         .zip(watches)
         .map(|(node, watch)| {
@@ -351,16 +251,10 @@ async fn any_node_lost(
             })
         })
         .collect();
-    std::future::poll_fn(|cx| {
-        checks
-            .iter_mut()
-            .find_map(|check| match check.as_mut().poll(cx) {
-                Poll::Ready(reason) => Some(Poll::Ready(reason)),
-                Poll::Pending => None,
-            })
-            .unwrap_or(Poll::Pending)
-    })
-    .await
+    if checks.is_empty() {
+        return std::future::pending().await; // select_all needs one
+    }
+    select_all(checks).await.0
 }
 
 /// Reads our nodes every `interval` (without a watch) until one is gone or
@@ -420,80 +314,5 @@ async fn node_lost(
             }
             _ => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn policy(t: u64, k: u64, mode: OnDisconnect) -> LeasePolicy {
-        let session_timeout = Duration::from_secs(t);
-        LeasePolicy {
-            session_timeout,
-            connection_timeout: crate::session::connection_timeout_for(session_timeout),
-            kill_after: Duration::from_secs(k),
-            on_disconnect: mode,
-            poll_nodes: None,
-        }
-    }
-
-    #[test]
-    fn defaults_leave_room() {
-        let p = policy(10, 5, OnDisconnect::Lease);
-        assert!(p.check().is_ok());
-        // 10s - 2s (connection) - 5s (kill) - 0.6s (margin)
-        assert_eq!(p.grace(), Duration::from_millis(2400));
-    }
-
-    #[test]
-    fn kill_after_as_long_as_the_session_is_refused() {
-        let err = policy(10, 10, OnDisconnect::Lease).check().unwrap_err();
-        assert!(err.contains("--kill-after 10s leaves no room"), "{err}");
-        assert!(policy(10, 8, OnDisconnect::Kill).check().is_err());
-        assert!(policy(10, 7, OnDisconnect::Kill).check().is_ok());
-    }
-
-    #[test]
-    fn default_kill_after_fits_the_granted_session() {
-        let default = |t_ms: u64| {
-            let session_timeout = Duration::from_millis(t_ms);
-            LeasePolicy {
-                session_timeout,
-                connection_timeout: crate::session::connection_timeout_for(session_timeout),
-                kill_after: Duration::MAX,
-                on_disconnect: OnDisconnect::Lease,
-                poll_nodes: None,
-            }
-            .with_default_kill_after()
-        };
-        assert_eq!(default(60_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
-        assert_eq!(default(10_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
-        assert_eq!(
-            default(4_000).unwrap().kill_after,
-            Duration::from_millis(1640)
-        );
-        assert_eq!(
-            default(2_000).unwrap().kill_after,
-            Duration::from_millis(90)
-        );
-        // 1 s: no room to reconnect; half of the 0.4 s left before expiry.
-        let short = default(1_000).unwrap();
-        assert_eq!(short.kill_after, Duration::from_millis(190));
-        assert!(short.grace() > Duration::ZERO);
-        for t in [400, 1_000, 2_000, 4_000, 10_000, 60_000] {
-            let p = default(t).unwrap();
-            assert!(p.kill_after > Duration::ZERO, "{t}");
-            assert!(
-                p.connection_timeout + p.grace() + p.kill_after + p.margin() <= p.session_timeout,
-                "{t}: {p:?}"
-            );
-        }
-        assert!(default(100).is_err());
-    }
-
-    #[test]
-    fn kill_mode_has_no_grace() {
-        assert_eq!(policy(10, 1, OnDisconnect::Kill).grace(), Duration::ZERO);
     }
 }

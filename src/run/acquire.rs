@@ -9,26 +9,27 @@ use tokio::time::Instant;
 
 use super::give_up::{GivenUp, deadline_after_first_look};
 use super::plan::Plan;
-use super::session_timeout_ms;
-use super::wait_display::WaitDisplay;
-use super::wait_report::WaitReport;
+use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
-use crate::exit::{Exit, Failure};
-use crate::lock::acquire::{self, Acquired, Node, NodeWatch, Request};
+use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
+use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
 use crate::session::{Session, is_session_lost};
+use crate::values::human_ms;
 
-pub(super) enum Taken {
-    /// Every lock is ours; the nodes are in acquisition order, each with
-    /// the watch set on it while waiting, if any.
-    Held(Box<Session>, Vec<Node>, Vec<Option<NodeWatch>>, LeasePolicy),
-    /// zklock ends without running the command.
-    Ended(Exit),
+/// Every lock taken, in the session that holds them.
+pub(super) struct Taken {
+    pub(super) session: Session,
+    /// The nodes, in acquisition order.
+    pub(super) held: Vec<Node>,
+    /// The watch set on each node while waiting, if any, by position.
+    pub(super) watches: Vec<Option<NodeWatch>>,
+    pub(super) policy: LeasePolicy,
 }
 
 /// Connects and takes every lock under one deadline. A lost session or node
 /// while waiting means queueing again in a new session, deadline allowing.
-pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Taken> {
+pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Taken>> {
     let report = plan.report;
     let deadline = plan
         .args
@@ -40,8 +41,8 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
     let display = Rc::new(WaitDisplay::new(report, plan.wait));
     loop {
         let (session, policy) = match connect(plan, signals).await? {
-            Ok(connected) => connected,
-            Err(exit) => return Ok(Taken::Ended(exit)),
+            Step::Go(connected) => connected,
+            Step::End(exit) => return Ok(Step::End(exit)),
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
@@ -49,7 +50,7 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
         let waited = tokio::select! {
-            result = acquire_all(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
+            result = take_in_order(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
             () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
             signal = abort_signal(signals) => Waited::Signal(signal),
             () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
@@ -68,7 +69,12 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
             .unwrap_or_else(|| plan.order.join(" "));
         match waited {
             Waited::Done(Ok(Acquired::Held(..))) => {
-                return Ok(Taken::Held(Box::new(session), owned, watches, policy));
+                return Ok(Step::Go(Taken {
+                    session,
+                    held: owned,
+                    watches,
+                    policy,
+                }));
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
                 let given_up = GivenUp {
@@ -77,27 +83,27 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                     unreachable_since: unreachable_since.get(),
                 };
                 given_up.end(session, &owned, &observer, report).await;
-                return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
             }
             Waited::Signal(signal) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
-                return Ok(Taken::Ended(Exit::Signal(signal)));
+                let _ = session.close(&queue::paths(&owned)).await;
+                return Ok(Step::End(Exit::Signal(signal)));
             }
             Waited::Done(Ok(Acquired::Lost)) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&queue::paths(&owned)).await;
                 report.info(format_args!(
                     "our node vanished while waiting; queueing again in a new session"
                 ));
             }
             Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
+                let _ = session.close(&queue::paths(&owned)).await;
                 report.info(format_args!(
                     "session lost while waiting ({err:#}); queueing again"
                 ));
             }
             Waited::Done(Err(err)) => {
-                let _ = session.close(&acquire::paths(&owned)).await;
-                if err.downcast_ref::<acquire::MissingChroot>().is_some() {
+                let _ = session.close(&queue::paths(&owned)).await;
+                if err.downcast_ref::<queue::MissingChroot>().is_some() {
                     let hosts = &plan.connect.hosts;
                     return Err(Failure::usage(format!(
                         "the chroot {} given with -z does not exist at {}",
@@ -113,21 +119,21 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 "timed out waiting for {}",
                 plan.order.join(" ")
             ));
-            return Ok(Taken::Ended(Exit::Conflict(plan.args.conflict_exit_code)));
+            return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
         }
     }
 }
 
 /// Connects, and applies the lease rule to the granted session timeout
 /// (refusing a --kill-after that does not fit; choosing one if unset);
-/// `Err(exit)` when a signal ended zklock meanwhile.
+/// ends when a signal ends zklock meanwhile.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     signals: &mut Signals,
-) -> Result<Result<(Session, LeasePolicy), Exit>> {
+) -> Result<Step<(Session, LeasePolicy)>> {
     let session = tokio::select! {
         session = Session::connect(&plan.connect) => session?,
-        signal = abort_signal(signals) => return Ok(Err(Exit::Signal(signal))),
+        signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     plan.report.info(format_args!(
         "connected to {} (session {:#x}, timeout {})",
@@ -142,7 +148,7 @@ pub(super) async fn connect(
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
-            let granted = humantime::format_duration(session_timeout_ms(&session));
+            let granted = human_ms(session.timeout());
             let _ = session.close(&[]).await;
             return Err(Failure::usage(match plan.args.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
@@ -152,7 +158,7 @@ pub(super) async fn connect(
     };
     if plan.args.kill_after.is_none() {
         let kill_after = humantime::format_duration(policy.kill_after);
-        let granted = humantime::format_duration(session_timeout_ms(&session));
+        let granted = human_ms(session.timeout());
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {
@@ -166,12 +172,12 @@ pub(super) async fn connect(
         plan.report
             .info(format_args!("--kill-after not given: {kill_after} ({why})"));
     }
-    Ok(Ok((session, policy)))
+    Ok(Step::Go((session, policy)))
 }
 
 /// Takes the locks one by one in acquisition order. On success `owned`
 /// holds exactly the held nodes, in that order.
-async fn acquire_all(
+async fn take_in_order(
     plan: &Plan<'_>,
     client: &zookeeper_client::Client,
     owned: &mut Vec<Node>,
@@ -189,7 +195,7 @@ async fn acquire_all(
             wait: plan.wait,
             acls: &plan.acls,
         };
-        last = acquire::acquire(&request, owned, observer).await?;
+        last = crate::lock::acquire(&request, owned, observer).await?;
         match &mut last {
             Acquired::Held(_, watch) => watches.push(watch.take()),
             _ => return Ok(last),

@@ -1,0 +1,120 @@
+//! The status line's terminal: indicatif drawing on stderr, a few columns
+//! narrower than the terminal.
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::report;
+
+/// A spinner with a message on stderr; our own lines are printed above it.
+pub(super) fn new_bar() -> ProgressBar {
+    let target = ProgressDrawTarget::term_like_with_hz(Box::new(Stderr::default()), 20);
+    let bar = ProgressBar::with_draw_target(None, target);
+    // The template is a constant: it parses.
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {wide_msg}") {
+        bar.set_style(style);
+    }
+    report::show_above(Some(bar.clone()));
+    bar
+}
+
+/// Columns at the end of the terminal's line the status line leaves free,
+/// for what the terminal echoes there (`^C`). indicatif pads its line to
+/// the width it is given and leaves the cursor after it: given the full
+/// width, the echo wraps onto a line of its own, and erasing the status
+/// line then erases that one instead.
+const LINE_ROOM: u16 = 4;
+
+/// stderr, a terminal, as indicatif draws on it, but narrower by
+/// [`LINE_ROOM`]. Escape sequences as `console` writes them; a draw is
+/// written at once, on flush.
+#[derive(Debug, Default)]
+struct Stderr {
+    pending: std::sync::Mutex<Vec<u8>>,
+}
+
+impl Stderr {
+    fn put(&self, text: &str) -> std::io::Result<()> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(text.as_bytes());
+        Ok(())
+    }
+
+    fn moved(&self, n: usize, code: char) -> std::io::Result<()> {
+        match n {
+            0 => Ok(()),
+            n => self.put(&format!("\x1b[{n}{code}")),
+        }
+    }
+}
+
+impl indicatif::TermLike for Stderr {
+    fn width(&self) -> u16 {
+        terminal_size().1.saturating_sub(LINE_ROOM).max(1)
+    }
+
+    fn height(&self) -> u16 {
+        terminal_size().0
+    }
+
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'A')
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'B')
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'C')
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.moved(n, 'D')
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.put(s)?;
+        self.put("\n")
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.put(s)
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.put("\r\x1b[2K")
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        let bytes = std::mem::take(
+            &mut *self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let mut stderr = std::io::stderr().lock();
+        stderr.write_all(&bytes)?;
+        stderr.flush()
+    }
+}
+
+/// Rows and columns of the terminal on stderr (24 x 80 if it does not say),
+/// read at every draw so that a resized window is followed.
+fn terminal_size() -> (u16, u16) {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives on our
+    // stack for the whole call; a descriptor that is not a terminal fails.
+    let rc = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
+    match (rc, size.ws_row, size.ws_col) {
+        (0, rows, cols) if rows > 0 && cols > 0 => (rows, cols),
+        _ => (24, 80),
+    }
+}
