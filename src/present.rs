@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::lock::directory::{Client, Entry, EntryKind, HolderData, LockView, PathKind};
+use crate::lock::directory::{Client, Entry, EntryKind, LockView, PathKind};
+use crate::lock::holder::HolderData;
 use crate::lock::holder::{Detail, escape_controls, on_host};
 use crate::lock::record::RunRecord;
 use crate::values::{Precision, rfc3339, server_time};

@@ -5,8 +5,9 @@
 
 use std::cmp::Ordering;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use crate::lock::holder::HolderData;
 use crate::lock::recipe::{self, Class, LEASE, LOCK, READ, WRITE};
 
 /// The server's view of one node: what `status` shows of it.
@@ -26,38 +27,6 @@ pub struct ChildNode {
     pub name: String,
     pub stat: NodeStat,
     pub data: Vec<u8>,
-}
-
-/// What zklock writes into its nodes (every field optional: older versions
-/// and other clients write less, or something else).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HolderData {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// The command's pid once it runs; zklock's own before that.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub zklock_pid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-    /// Set by the write zklock makes once it holds the lock; that write's
-    /// mtime is when the lock was taken, on the server's clock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acquired: Option<bool>,
-}
-
-impl HolderData {
-    pub fn parse(data: &[u8]) -> Option<HolderData> {
-        let parsed: HolderData = serde_json::from_slice(data).ok()?;
-        (parsed.host.is_some() || parsed.pid.is_some()).then_some(parsed)
-    }
 }
 
 /// Which client made a node, judged from its name and data.

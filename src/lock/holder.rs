@@ -11,12 +11,43 @@
 
 use std::ffi::OsString;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use zookeeper_client as zk;
 
-// Defined beside the directory parser, which reads it from every node.
-pub use crate::lock::directory::HolderData;
 use crate::values::{Precision, rfc3339, server_time};
+
+/// What zklock writes into its nodes (every field optional: older versions
+/// and other clients write less, or something else).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The command's pid once it runs; zklock's own before that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zklock_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Set by the write zklock makes once it holds the lock; that write's
+    /// mtime is when the lock was taken, on the server's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired: Option<bool>,
+}
+
+impl HolderData {
+    pub fn parse(data: &[u8]) -> Option<HolderData> {
+        let parsed: HolderData = serde_json::from_slice(data).ok()?;
+        (parsed.host.is_some() || parsed.pid.is_some()).then_some(parsed)
+    }
+}
 
 /// At most this many bytes of the command line (or label) are stored: the
 /// node data must stay far below the server's request limit (jute.maxbuffer,
@@ -213,22 +244,16 @@ pub fn escape_controls(text: &str) -> String {
 }
 
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its whole length; gethostname writes at
-    // most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The name of our real user id from the password database (cron and CI do
 /// not always set LOGNAME), or the number if it has no entry.
 fn user() -> String {
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     let mut buf = vec![0u8; 4096];
     // SAFETY: passwd is plain data; getpwuid_r writes only into `entry` and
     // `buf` (bounded by its length) and sets `found` to null or to `entry`.

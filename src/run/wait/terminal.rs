@@ -104,17 +104,8 @@ impl indicatif::TermLike for Stderr {
 /// Rows and columns of the terminal on stderr (24 x 80 if it does not say),
 /// read at every draw so that a resized window is followed.
 fn terminal_size() -> (u16, u16) {
-    let mut size = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one winsize into `size`, which lives on our
-    // stack for the whole call; a descriptor that is not a terminal fails.
-    let rc = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
-    match (rc, size.ws_row, size.ws_col) {
-        (0, rows, cols) if rows > 0 && cols > 0 => (rows, cols),
+    match rustix::termios::tcgetwinsize(std::io::stderr()) {
+        Ok(size) if size.ws_row > 0 && size.ws_col > 0 => (size.ws_row, size.ws_col),
         _ => (24, 80),
     }
 }
