@@ -1,35 +1,41 @@
-//! How to reach the ensemble, and as whom: the options every subcommand
-//! that talks to ZooKeeper shares (one set, flattened into each).
+//! How to reach the ensemble, and as whom: one set of options, filled by
+//! clap from the flags (and their `ZKLOCK_*` variables) and by serde from an
+//! ensemble of the config file (its keys are the flags' names), merged field
+//! by field ([`Options::or`]) and resolved into [`Settings`].
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use clap::Args;
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
 
 use crate::session::Settings;
-use crate::session::settings::Given;
-use crate::values::{Seconds, Target};
+use crate::session::acl::AclPolicy;
+use crate::session::secret::{PASSWORD_FILE_ENV, Secret};
+use crate::values::{HostList, Seconds, Target};
 
-/// How to reach the ensemble; shared by every subcommand that talks to it.
-/// Each value comes from the flag, else its environment variable, else the
-/// config file's ensemble (`-z @NAME`, or the file's `default`), else the
-/// built-in default.
-#[derive(Debug, Args)]
-pub struct ConnectionArgs {
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Options {
     /// ZooKeeper servers: comma-separated host:port list with an optional
     /// /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an
     /// ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the
     /// config file's `default` ensemble, else 127.0.0.1:2181]
     #[arg(short = 'z', long = "zookeeper", value_name = "HOSTS")]
+    #[serde(deserialize_with = "host_list")]
     pub hosts: Option<Target>,
 
     /// Session timeout to ask the ensemble for; the lock is released at most
     /// this long after zklock dies or is cut off. [default: 10s]
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    #[serde(default, deserialize_with = "parsed")]
     pub session_timeout: Option<Seconds>,
 
     /// Give up (exit 69) if no session is established within DURATION.
     /// [default: 10s]
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    #[serde(default, deserialize_with = "parsed")]
     pub connect_timeout: Option<Seconds>,
 
     /// The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or
@@ -40,6 +46,7 @@ pub struct ConnectionArgs {
         env = "ZKLOCK_CONFIG",
         hide_env_values = true
     )]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
 
     /// Connect over TLS, verifying the servers (and their host names)
@@ -99,14 +106,20 @@ pub struct ConnectionArgs {
     #[arg(
         long,
         value_name = "FILE",
-        env = "ZKLOCK_PASSWORD_FILE",
+        env = PASSWORD_FILE_ENV,
         hide_env_values = true
     )]
     pub password_file: Option<PathBuf>,
 
+    /// The password itself: ZKLOCK_PASSWORD, or a config file no one else
+    /// can read.
+    #[arg(skip)]
+    pub password: Option<Secret>,
+
     /// Authenticate with Kerberos (SASL GSSAPI) from the ticket cache
     /// (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`.
     #[arg(long, env = "ZKLOCK_KERBEROS", hide_env_values = true)]
+    #[serde(default)]
     pub kerberos: bool,
 
     /// The service part of the servers' Kerberos principal
@@ -143,33 +156,73 @@ pub struct ConnectionArgs {
         value_delimiter = ';',
         hide_env_values = true
     )]
+    #[serde(default, deserialize_with = "acl")]
     pub acl: Vec<String>,
 }
 
-impl ConnectionArgs {
+impl Options {
     /// The connection settings: these flags over `ZKLOCK_*`, over the config
     /// file, over the defaults; a bad setting is a usage error.
     pub fn settings(&self) -> anyhow::Result<Settings> {
-        Settings::resolve(&self.given()).map_err(crate::exit::Failure::usage)
+        Settings::resolve(self).map_err(crate::exit::Failure::usage)
     }
 
-    /// What the flags and their environment variables gave, for resolving.
-    pub fn given(&self) -> Given {
-        Given {
-            target: self.hosts.clone(),
-            session_timeout: self.session_timeout,
-            connect_timeout: self.connect_timeout,
-            config: self.config.clone(),
-            tls_ca: self.tls_ca.clone(),
-            tls_cert: self.tls_cert.clone(),
-            tls_key: self.tls_key.clone(),
-            sasl_user: self.sasl_user.clone(),
-            digest_user: self.digest_user.clone(),
-            password_file: self.password_file.clone(),
-            kerberos: self.kerberos,
-            kerberos_service: self.kerberos_service.clone(),
-            kerberos_host: self.kerberos_host.clone(),
-            acl: self.acl.clone(),
+    /// Ours where given, else `file`'s, field by field. An empty name
+    /// (`ZKLOCK_SASL_USER=` in a script) is unset, as for the shell's own
+    /// variables. The password comes whole from one side, a file before a
+    /// value: `--password-file`, then `ZKLOCK_PASSWORD`, then the file's.
+    pub fn or(self, file: Options) -> Options {
+        let named = |ours: Option<String>, theirs: Option<String>| {
+            let nonempty = |name: &String| !name.is_empty();
+            ours.filter(nonempty).or(theirs.filter(nonempty))
+        };
+        let (password_file, password) = match (self.password_file, self.password) {
+            (None, None) => (file.password_file, file.password),
+            ours => ours,
+        };
+        Options {
+            hosts: self.hosts.or(file.hosts),
+            session_timeout: self.session_timeout.or(file.session_timeout),
+            connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            config: self.config,
+            tls_ca: self.tls_ca.or(file.tls_ca),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            sasl_user: named(self.sasl_user, file.sasl_user),
+            digest_user: named(self.digest_user, file.digest_user),
+            password_file,
+            password,
+            kerberos: self.kerberos || file.kerberos,
+            kerberos_service: named(self.kerberos_service, file.kerberos_service),
+            kerberos_host: named(self.kerberos_host, file.kerberos_host),
+            acl: if self.acl.is_empty() {
+                file.acl
+            } else {
+                self.acl
+            },
         }
     }
+}
+
+// A config file's values are parsed as the flags' are, when it is read:
+// a bad one is refused with the file and line, whichever ensemble is used.
+
+fn parsed<'de, D: Deserializer<'de>, T: FromStr<Err = String>>(
+    value: D,
+) -> Result<Option<T>, D::Error> {
+    String::deserialize(value)?
+        .parse()
+        .map(Some)
+        .map_err(D::Error::custom)
+}
+
+/// An ensemble's `hosts`: a host list, not another `@NAME`.
+fn host_list<'de, D: Deserializer<'de>>(value: D) -> Result<Option<Target>, D::Error> {
+    Ok(parsed::<D, HostList>(value)?.map(Target::Hosts))
+}
+
+fn acl<'de, D: Deserializer<'de>>(value: D) -> Result<Vec<String>, D::Error> {
+    let entries = Vec::<String>::deserialize(value)?;
+    AclPolicy::parse_all(&entries).map_err(D::Error::custom)?;
+    Ok(entries)
 }
