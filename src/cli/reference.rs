@@ -43,7 +43,8 @@ and line (exit 64)."#;
 /// ENVIRONMENT: the variables clap does not read (the others are listed
 /// from the options' `env`): `ZKLOCK_ZOOKEEPER` is resolved with the
 /// settings, and the password has no flag.
-pub const OTHER_VARIABLES: &str = "  ZKLOCK_ZOOKEEPER         the same as --zookeeper
+pub const OTHER_VARIABLES: &str =
+    "  ZKLOCK_ZOOKEEPER         the same as --zookeeper
   ZKLOCK_PASSWORD          the password for --sasl-user or --digest-user,
                            when no --password-file is given; never printed";
 
