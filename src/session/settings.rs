@@ -323,18 +323,35 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::Path;
+
+    /// What a command line gives (clap also reads `ZKLOCK_*`, set by no test).
+    fn given(args: &[&str]) -> Options {
+        #[derive(Parser)]
+        struct Line {
+            #[command(flatten)]
+            options: Options,
+        }
+        let args = std::iter::once("zklock").chain(args.iter().copied());
+        Line::try_parse_from(args).unwrap().options
+    }
 
     fn no_env(_: &str) -> Option<OsString> {
         None
     }
 
-    fn loaded(text: &str, path: &Path) -> Loaded {
-        Loaded {
-            path: path.to_owned(),
-            file: config::parse(path, text).unwrap(),
-        }
+    fn resolve(args: &[&str], file: Option<&Loaded>) -> Result<Settings, String> {
+        Settings::resolve_with(&given(args), file, &no_env)
+    }
+
+    /// A config file of `text` at `dir`/config.toml, with `mode`.
+    fn write(dir: &std::path::Path, text: &str, mode: u32) -> Loaded {
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let file = config::parse(&path, text).unwrap();
+        Loaded { path, file }
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -344,9 +361,16 @@ mod tests {
         dir
     }
 
+    fn password(s: &Settings) -> &str {
+        match &s.sasl {
+            Some(Sasl::DigestMd5 { password, .. }) => password.expose(),
+            _ => panic!("no DIGEST-MD5: {s:?}"),
+        }
+    }
+
     #[test]
     fn nothing_given_means_the_old_behaviour() {
-        let s = Settings::resolve_with(&Options::default(), None, &no_env).unwrap();
+        let s = resolve(&[], None).unwrap();
         assert_eq!(s.hosts.connect_string(), "127.0.0.1:2181");
         assert_eq!(s.session_timeout, Duration::from_secs(10));
         assert_eq!(s.connect_timeout, Duration::from_secs(10));
@@ -367,52 +391,42 @@ mod tests {
              acl = [\"sasl:backup:cdrwa\"]\n[ensembles.other]\nhosts = \"zk9\"\n",
             pw.display()
         );
-        let file = loaded(&text, &dir.join("config.toml"));
+        let file = write(&dir, &text, 0o644);
         // The config's default ensemble when -z is not given.
-        let s = Settings::resolve_with(&Options::default(), Some(&file), &no_env).unwrap();
+        let s = resolve(&[], Some(&file)).unwrap();
         assert_eq!(s.hosts.connect_string(), "zk1:2281/apps");
         assert_eq!(s.session_timeout, Duration::from_secs(20));
         assert_eq!(s.connect_timeout, Duration::from_secs(10));
         assert_eq!(s.credentials(), "SASL DIGEST-MD5 as user backup");
-        assert!(
-            matches!(&s.sasl, Some(Sasl::DigestMd5 { password, .. }) if password.expose() == "from-file")
-        );
+        assert_eq!(password(&s), "from-file");
         assert_eq!(s.acl.describe(), "sasl:backup:cdrwa");
         // Flags (or their environment variables) win, the environment's
         // password over the config's.
-        let given = Options {
-            hosts: Some("@prod".parse().unwrap()),
-            session_timeout: Some("5s".parse().unwrap()),
-            sasl_user: Some("ops".into()),
-            acl: vec!["creator".into()],
-            ..Options::default()
-        };
+        let args = [
+            "-z",
+            "@prod",
+            "--session-timeout",
+            "5s",
+            "--sasl-user",
+            "ops",
+        ];
+        let given = given(&[&args[..], &["--acl", "creator"]].concat());
         let env = |name: &str| (name == PASSWORD_ENV).then(|| OsString::from("from-env"));
         let s = Settings::resolve_with(&given, Some(&file), &env).unwrap();
         assert_eq!(s.session_timeout, Duration::from_secs(5));
         assert_eq!(s.credentials(), "SASL DIGEST-MD5 as user ops");
-        assert!(
-            matches!(&s.sasl, Some(Sasl::DigestMd5 { password, .. }) if password.expose() == "from-env")
-        );
+        assert_eq!(password(&s), "from-env");
         assert_eq!(s.acl.describe(), "creator");
         // Hosts given directly take nothing from the file's ensembles.
-        let given = Options {
-            hosts: Some("zk5:2181".parse().unwrap()),
-            ..Options::default()
-        };
-        let s = Settings::resolve_with(&given, Some(&file), &no_env).unwrap();
+        let s = resolve(&["-z", "zk5:2181"], Some(&file)).unwrap();
         assert_eq!(s.hosts.connect_string(), "zk5:2181");
         assert!(s.sasl.is_none());
         // @name picks a section; a missing one is named.
-        let named = |name: &str| Options {
-            hosts: Some(name.parse().unwrap()),
-            ..Options::default()
-        };
-        let s = Settings::resolve_with(&named("@other"), Some(&file), &no_env).unwrap();
+        let s = resolve(&["-z", "@other"], Some(&file)).unwrap();
         assert_eq!(s.hosts.connect_string(), "zk9:2181");
-        let err = Settings::resolve_with(&named("@nope"), Some(&file), &no_env).unwrap_err();
+        let err = resolve(&["-z", "@nope"], Some(&file)).unwrap_err();
         assert!(err.contains("no ensemble `nope`"), "{err}");
-        let err = Settings::resolve_with(&named("@prod"), None, &no_env).unwrap_err();
+        let err = resolve(&["-z", "@prod"], None).unwrap_err();
         assert!(err.contains("there is none"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -420,32 +434,23 @@ mod tests {
     #[test]
     fn passwords_in_open_config_files_are_refused() {
         let dir = temp_dir("open");
-        let path = dir.join("config.toml");
         let text = "[ensembles.p]\nhosts = \"h\"\ndigest-user = \"u\"\npassword = \"pw\"\n";
-        std::fs::write(&path, text).unwrap();
-        let file = loaded(text, &path);
-        let given = Options {
-            hosts: Some("@p".parse().unwrap()),
-            ..Options::default()
-        };
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = Settings::resolve_with(&given, Some(&file), &no_env).unwrap_err();
+        let file = write(&dir, text, 0o644);
+        let err = resolve(&["-z", "@p"], Some(&file)).unwrap_err();
         assert!(err.contains("accessible by group or others"), "{err}");
         assert!(!err.contains("pw\""), "{err}");
         // Whichever ensemble is used, hosts given directly included.
-        let text = format!("{text}[ensembles.q]\nhosts = \"h2\"\n");
-        std::fs::write(&path, &text).unwrap();
-        let both = loaded(&text, &path);
+        let both = write(
+            &dir,
+            &format!("{text}[ensembles.q]\nhosts = \"h2\"\n"),
+            0o644,
+        );
         for target in ["@q", "h3:2181"] {
-            let given = Options {
-                hosts: Some(target.parse().unwrap()),
-                ..Options::default()
-            };
-            let err = Settings::resolve_with(&given, Some(&both), &no_env).unwrap_err();
+            let err = resolve(&["-z", target], Some(&both)).unwrap_err();
             assert!(err.contains("chmod 600"), "{target}: {err}");
         }
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let s = Settings::resolve_with(&given, Some(&file), &no_env).unwrap();
+        let file = write(&dir, text, 0o600);
+        let s = resolve(&["-z", "@p"], Some(&file)).unwrap();
         assert_eq!(s.digest.as_ref().unwrap().1.expose(), "pw");
         // Credentials make the default ACL creator + world read.
         assert_eq!(s.acl.describe(), "creator,world:anyone:r");
@@ -454,58 +459,34 @@ mod tests {
 
     #[test]
     fn empty_user_names_are_unset() {
-        let given = Options {
-            sasl_user: Some(String::new()),
-            digest_user: Some(String::new()),
-            ..Options::default()
-        };
-        let s = Settings::resolve_with(&given, None, &no_env).unwrap();
+        let s = resolve(&["--sasl-user", "", "--digest-user", ""], None).unwrap();
         assert!(s.sasl.is_none() && s.digest.is_none());
         assert_eq!(s.credentials(), "no credentials");
     }
 
     #[test]
     fn bad_combinations_and_files_are_usage_errors() {
-        let err = |given: Options| Settings::resolve_with(&given, None, &no_env).unwrap_err();
-        let e = err(Options {
-            digest_user: Some("u".into()),
-            ..Options::default()
-        });
-        assert!(e.contains("digest as u: no password given"), "{e}");
-        let e = err(Options {
-            password_file: Some("/nonexistent/pw".into()),
-            sasl_user: Some("u".into()),
-            ..Options::default()
-        });
-        assert!(e.contains("/nonexistent/pw"), "{e}");
-        let e = err(Options {
-            tls_ca: Some("/nonexistent/ca.pem".into()),
-            ..Options::default()
-        });
-        assert!(
-            e.contains("cannot read the TLS CA file /nonexistent/ca.pem"),
-            "{e}"
-        );
-        let e = err(Options {
-            tls_cert: Some("c.pem".into()),
-            ..Options::default()
-        });
-        assert!(e.contains("need --tls-ca"), "{e}");
-        let e = err(Options {
-            acl: vec!["creator".into()],
-            ..Options::default()
-        });
-        assert!(e.contains("no credentials are given"), "{e}");
-        let e = err(Options {
-            acl: vec!["bogus".into()],
-            ..Options::default()
-        });
-        assert!(e.contains("bad ACL `bogus`"), "{e}");
-        let e = err(Options {
-            sasl_user: Some("a".into()),
-            digest_user: Some("b".into()),
-            ..Options::default()
-        });
-        assert!(e.contains("give one"), "{e}");
+        for (args, expected) in [
+            (
+                &["--digest-user", "u"][..],
+                "digest as u: no password given",
+            ),
+            (
+                &["--password-file", "/nonexistent/pw", "--sasl-user", "u"],
+                "/nonexistent/pw",
+            ),
+            (
+                &["--tls-ca", "/nonexistent/ca.pem"],
+                "cannot read the TLS CA file /nonexistent/ca.pem",
+            ),
+            (&["--tls-cert", "c.pem"], "need --tls-ca"),
+            (&["--acl", "creator"], "no credentials are given"),
+            (&["--acl", "bogus"], "bad ACL `bogus`"),
+            (&["--sasl-user", "a", "--digest-user", "b"], "give one"),
+            (&["--connect-timeout", "0"], "connect timeout of 0"),
+        ] {
+            let err = resolve(args, None).unwrap_err();
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
     }
 }
