@@ -1,9 +1,6 @@
-//! The connection settings every subcommand shares, resolved once from
-//! flag > `ZKLOCK_*` environment > config file (`-z @NAME`, or its
-//! `default`) > built-in default. Clap reads the flags and their variables
-//! into [`Options`], except `ZKLOCK_ZOOKEEPER` and `ZKLOCK_PASSWORD`, which
-//! are read here (the first so that a bad value is named as the variable,
-//! the second has no flag).
+//! The connection settings every subcommand shares, resolved once from the
+//! [`Options`] given (flag > `ZKLOCK_*` environment > config file), with the
+//! built-in defaults, and refused when they cannot work.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -12,18 +9,15 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use crate::session::acl::AclPolicy;
-use crate::session::config::{self, Loaded};
+use crate::session::config::Loaded;
 use crate::session::connection_timeout_for;
 use crate::session::options::Options;
 use crate::session::secret::{self, PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
 use crate::session::tls::Tls;
 use crate::values::{HostList, Seconds, Target};
 
-/// The variable `--zookeeper` falls back to.
-pub const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
-
 /// Where zklock connects when nothing says otherwise.
-pub const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
+const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_KERBEROS_SERVICE: &str = "zookeeper";
 /// The environment variable of `--config`.
@@ -65,60 +59,14 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Resolves `given` against the config file and the defaults.
-    pub fn resolve(given: &Options) -> Result<Settings, String> {
-        let loaded = config::load(given.config.as_deref())?;
-        Settings::resolve_with(given, loaded.as_ref(), &|name| std::env::var_os(name))
-    }
-
-    pub fn resolve_with(
+    /// Resolves `given` (merged with the environment and the config file
+    /// `loaded`) into settings, with the defaults; refuses what is wrong.
+    pub fn resolve(
         given: &Options,
         loaded: Option<&Loaded>,
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<Settings, String> {
-        if let Some(loaded) = loaded {
-            loaded.check_passwords()?;
-        }
-        // An empty variable is unset, as for the shell's own variables.
-        let variable = |name: &str| {
-            let value = env(name).filter(|value| !value.is_empty());
-            let utf8 = value.map(|v| v.into_string());
-            utf8.transpose()
-                .map_err(|_| format!("{name} is not valid UTF-8"))
-        };
-        let from_env = match variable(HOSTS_VARIABLE)? {
-            Some(value) => Some(
-                value
-                    .parse::<Target>()
-                    .map_err(|e| format!("invalid value '{value}' in {HOSTS_VARIABLE}: {e}"))?,
-            ),
-            None => None,
-        };
-        let default = || Some(Target::Named(loaded?.file.default.clone()?));
-        let target = given.hosts.clone().or(from_env).or_else(default);
-        let file = match target {
-            None => Options::default(),
-            Some(Target::Hosts(hosts)) => Options {
-                hosts: Some(Target::Hosts(hosts)),
-                ..Options::default()
-            },
-            Some(Target::Named(name)) => match loaded {
-                Some(loaded) => loaded.ensemble(&name)?,
-                None => {
-                    return Err(format!(
-                        "-z @{name} names an ensemble of the config file, but there is none \
-                         (looked for --config, $ZKLOCK_CONFIG, $XDG_CONFIG_HOME/zklock/config.toml \
-                         or ~/.config/zklock/config.toml, /etc/zklock/config.toml)"
-                    ));
-                }
-            },
-        };
-        let ours = Options {
-            hosts: None,
-            password: variable(PASSWORD_ENV)?.map(Secret::new),
-            ..given.clone()
-        };
-        let options = ours.or(file);
+        let options = given.merged(loaded, env)?;
         let hosts = match options.hosts {
             Some(Target::Hosts(hosts)) => hosts,
             // An ensemble's `hosts` is required, and read as a host list.
@@ -342,7 +290,7 @@ mod tests {
     }
 
     fn resolve(args: &[&str], file: Option<&Loaded>) -> Result<Settings, String> {
-        Settings::resolve_with(&given(args), file, &no_env)
+        Settings::resolve(&given(args), file, &no_env)
     }
 
     /// A config file of `text` at `dir`/config.toml, with `mode`.
@@ -350,7 +298,7 @@ mod tests {
         let path = dir.join("config.toml");
         std::fs::write(&path, text).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-        let file = config::parse(&path, text).unwrap();
+        let file = crate::session::config::parse(&path, text).unwrap();
         Loaded { path, file }
     }
 
@@ -412,7 +360,7 @@ mod tests {
         ];
         let given = given(&[&args[..], &["--acl", "creator"]].concat());
         let env = |name: &str| (name == PASSWORD_ENV).then(|| OsString::from("from-env"));
-        let s = Settings::resolve_with(&given, Some(&file), &env).unwrap();
+        let s = Settings::resolve(&given, Some(&file), &env).unwrap();
         assert_eq!(s.session_timeout, Duration::from_secs(5));
         assert_eq!(s.credentials(), "SASL DIGEST-MD5 as user ops");
         assert_eq!(password(&s), "from-env");
