@@ -245,25 +245,17 @@ impl Settings {
 
     /// Who we authenticate as, for messages (never the password).
     pub fn credentials(&self) -> String {
-        let mut parts = Vec::new();
-        match &self.sasl {
-            Some(Sasl::DigestMd5 { user, .. }) => {
-                parts.push(format!("SASL DIGEST-MD5 as user {user}"))
-            }
-            Some(Sasl::Gssapi { .. }) => parts.push("SASL GSSAPI (Kerberos)".to_owned()),
-            None => {}
-        }
-        if let Some((user, _)) = &self.digest {
-            parts.push(format!("digest as user {user}"));
-        }
-        if let Some(identity) = self.tls.as_ref().and_then(|tls| tls.identity.as_ref()) {
-            let file = identity.cert_file.display();
-            parts.push(format!("TLS client certificate {file}"));
-        }
-        if parts.is_empty() {
-            "no credentials".to_owned()
-        } else {
-            parts.join(" and ")
+        let sasl = self.sasl.as_ref().map(|sasl| match sasl {
+            Sasl::DigestMd5 { user, .. } => format!("SASL DIGEST-MD5 as user {user}"),
+            Sasl::Gssapi { .. } => "SASL GSSAPI (Kerberos)".to_owned(),
+        });
+        let digest = (self.digest.as_ref()).map(|(user, _)| format!("digest as user {user}"));
+        let identity = self.tls.as_ref().and_then(|tls| tls.identity.as_ref());
+        let tls = identity.map(|id| format!("TLS client certificate {}", id.cert_file.display()));
+        let parts: Vec<String> = [sasl, digest, tls].into_iter().flatten().collect();
+        match parts.is_empty() {
+            true => "no credentials".to_owned(),
+            false => parts.join(" and "),
         }
     }
 }
