@@ -296,23 +296,24 @@ mod generated_files {
         // Every key of an ensemble is shown in one of the two: naming the
         // fields makes a new key fail to compile here until it is shown.
         for ensemble in file.ensembles.values() {
-            let crate::session::config::Ensemble {
+            let crate::session::Options {
                 hosts,
                 session_timeout,
                 connect_timeout,
+                config: _,
                 tls_ca,
                 tls_cert,
                 tls_key,
                 sasl_user,
                 digest_user,
-                kerberos,
+                kerberos: _,
                 kerberos_service,
                 kerberos_host,
                 password_file,
                 password,
                 acl,
             } = ensemble;
-            assert!(!hosts.is_empty());
+            assert!(hosts.is_some());
             let prod = [
                 session_timeout.is_some(),
                 connect_timeout.is_some(),
@@ -321,12 +322,12 @@ mod generated_files {
                 tls_key.is_some(),
                 sasl_user.is_some(),
                 password_file.is_some(),
-                acl.is_some(),
+                !acl.is_empty(),
             ];
             let dev = [
                 digest_user.is_some(),
                 password.is_some(),
-                kerberos.is_some(),
+                example.contains("\nkerberos = "),
                 kerberos_service.is_some(),
                 kerberos_host.is_some(),
             ];

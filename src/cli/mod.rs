@@ -1,17 +1,16 @@
 //! The command-line model. Doc comments here are the `--help` text: the
-//! subcommands here, `zklock run`'s options in `run.rs`, the connection and
-//! security options every subcommand shares in `connection.rs`.
+//! subcommands here, `zklock run`'s options in `run.rs`; the connection and
+//! security options every subcommand shares are `session::Options`.
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit::EXIT_CODE_HELP;
+use crate::session::Options;
 use crate::values::{LockPath, ZnodePath};
 
-mod connection;
 pub mod reference;
 mod run;
 
-pub use connection::ConnectionArgs;
 pub use run::ENVIRONMENT_HELP;
 pub use run::RunArgs;
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
@@ -145,7 +144,7 @@ pub struct StatusArgs {
     pub json: bool,
 
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub connection: Options,
 }
 
 #[derive(Debug, Args)]
@@ -159,7 +158,7 @@ pub struct ListArgs {
     pub json: bool,
 
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub connection: Options,
 }
 
 #[derive(Debug, Args)]
@@ -183,7 +182,7 @@ pub struct BreakArgs {
     pub yes: bool,
 
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub connection: Options,
 }
 
 #[cfg(test)]

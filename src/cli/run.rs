@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ConnectionArgs;
 use crate::exit::CONFLICT_DEFAULT;
 use crate::lock::lease::OnDisconnect;
 use crate::lock::recipe::LockKind;
 use crate::report::Verbosity;
+use crate::session::Options;
 use crate::values::{LockPath, Seconds};
 
 pub const ENVIRONMENT_HELP: &str = "\
@@ -57,7 +57,7 @@ pub struct RunArgs {
     pub label: Option<String>,
 
     #[command(flatten)]
-    pub connection: ConnectionArgs,
+    pub connection: Options,
 
     /// Take an exclusive lock (the default): no other holder of any kind.
     #[arg(short = 'x', long, group = "kind")]

@@ -41,7 +41,7 @@ impl<'a> Plan<'a> {
         let paths = args.lock_paths().map_err(Failure::usage)?;
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
-        let connect = Settings::resolve(&args.connection.given()).map_err(Failure::usage)?;
+        let connect = args.connection.settings()?;
         let own = HolderData::ours(&argv, args.label.as_deref());
         let plan = Plan {
             args,

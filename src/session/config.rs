@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::session::secret::{self, Secret};
-use crate::values::Seconds;
+use crate::session::options::Options;
+use crate::session::secret;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -17,29 +17,9 @@ use crate::values::Seconds;
 pub struct ConfigFile {
     /// The ensemble used when neither `-z` nor `ZKLOCK_ZOOKEEPER` is given.
     pub default: Option<String>,
+    /// The `[ensembles.NAME]` tables; every key is the flag of the same name.
     #[serde(default)]
-    pub ensembles: BTreeMap<String, Ensemble>,
-}
-
-/// One `[ensembles.NAME]` table; every key mirrors the flag of the same name.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Ensemble {
-    pub hosts: String,
-    pub session_timeout: Option<String>,
-    pub connect_timeout: Option<String>,
-    pub tls_ca: Option<PathBuf>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    pub sasl_user: Option<String>,
-    pub digest_user: Option<String>,
-    pub kerberos: Option<bool>,
-    pub kerberos_service: Option<String>,
-    pub kerberos_host: Option<String>,
-    pub password_file: Option<PathBuf>,
-    /// Allowed only in a file no one else can read.
-    pub password: Option<String>,
-    pub acl: Option<Vec<String>>,
+    pub ensembles: BTreeMap<String, Options>,
 }
 
 /// A config file read from disk, with where it came from.
@@ -52,7 +32,7 @@ pub struct Loaded {
 impl Loaded {
     /// The ensemble `name`, with relative file paths made relative to the
     /// config file's directory.
-    pub fn ensemble(&self, name: &str) -> Result<Ensemble, String> {
+    pub fn ensemble(&self, name: &str) -> Result<Options, String> {
         let Some(found) = self.file.ensembles.get(name) else {
             let known: Vec<&str> = self.file.ensembles.keys().map(String::as_str).collect();
             return Err(format!(
@@ -89,21 +69,6 @@ impl Loaded {
             true => secret::check_private(&self.path),
             false => Ok(()),
         }
-    }
-
-    /// The password written in the ensemble's table (the file was checked
-    /// by [`Loaded::check_passwords`]).
-    pub fn password(&self, ensemble: &Ensemble) -> Option<Secret> {
-        ensemble.password.clone().map(Secret::new)
-    }
-}
-
-impl Ensemble {
-    pub fn duration(&self, key: &str, value: &Option<String>) -> Result<Option<Seconds>, String> {
-        value
-            .as_deref()
-            .map(|text| text.parse().map_err(|err| format!("{key}: {err}")))
-            .transpose()
     }
 }
 
@@ -192,11 +157,9 @@ kerberos-host = "zk1.example.com"
         assert_eq!(file.default.as_deref(), Some("prod"));
         let prod = &file.ensembles["prod"];
         assert_eq!(prod.sasl_user.as_deref(), Some("backup"));
-        assert_eq!(prod.acl.as_ref().unwrap().len(), 2);
-        assert_eq!(
-            file.ensembles["dev"].password.as_deref(),
-            Some("not-a-secret")
-        );
+        assert_eq!(prod.acl.len(), 2);
+        let dev = &file.ensembles["dev"];
+        assert_eq!(dev.password.as_ref().unwrap().expose(), "not-a-secret");
         let readme = include_str!("../../docs/security.md");
         assert!(
             readme.contains(EXAMPLE.trim()),
@@ -220,6 +183,18 @@ kerberos-host = "zk1.example.com"
         );
         let err = parse(Path::new("c.toml"), "[ensembles.x]\nsasl-user = \"u\"\n").unwrap_err();
         assert!(err.contains("missing field `hosts`"), "{err}");
+        // Values are parsed as the flags' are, when the file is read.
+        for bad in [
+            "hosts = \"zk 1\"",
+            "hosts = \"@other\"",
+            "hosts = \"h\"\nconnect-timeout = \"soon\"",
+            "hosts = \"h\"\nacl = [\"bogus\"]",
+        ] {
+            let text = format!("[ensembles.x]\n{bad}\n");
+            let err = parse(Path::new("c.toml"), &text).unwrap_err();
+            let line = text.lines().count();
+            assert!(err.starts_with(&format!("c.toml:{line}: ")), "{err}");
+        }
     }
 
     #[test]

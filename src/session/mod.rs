@@ -5,9 +5,10 @@ pub mod acl;
 pub mod config;
 #[cfg(feature = "kerberos")]
 pub mod kerberos_check;
+pub mod options;
 pub mod secret;
 pub mod settings;
-pub mod tls_check;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::exit::{ErrorKind, Failure};
+pub use crate::session::options::Options;
 pub use crate::session::settings::Settings;
 
 /// How long to wait for the server to confirm the end of the session. The
@@ -132,15 +134,15 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
 /// Kerberos ticket if connecting has not succeeded within `after`; never
 /// resolves otherwise (the library retries these failures silently).
 async fn credential_problem(settings: &Settings, after: Duration) -> Failure {
-    if settings.tls_pem.is_none() && !settings.uses_kerberos() {
+    if settings.tls.is_none() && !settings.uses_kerberos() {
         std::future::pending::<()>().await;
     }
     tokio::time::sleep(after).await;
     let settings = settings.clone();
     let check = tokio::task::spawn_blocking(move || {
         let hosts = settings.hosts.connect_string();
-        if let Some(pem) = &settings.tls_pem {
-            if let Some(problem) = tls_check::diagnose(pem, hosts, after) {
+        if let Some(tls) = &settings.tls {
+            if let Some(problem) = tls::diagnose(tls, hosts, after) {
                 return Some(problem);
             }
         }

@@ -7,6 +7,8 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use serde::Deserialize;
+
 /// The environment variable that may hold the password itself.
 pub const PASSWORD_ENV: &str = "ZKLOCK_PASSWORD";
 /// The environment variable of `--password-file`.
@@ -14,7 +16,8 @@ pub const PASSWORD_FILE_ENV: &str = "ZKLOCK_PASSWORD_FILE";
 
 /// A password. Its `Debug` hides it and it has no `Display`, so neither a
 /// message nor `-v` output can show it by accident.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {

@@ -1,32 +1,108 @@
-//! Telling a certificate problem from an unreachable ensemble. The client
-//! library retries a failed TLS handshake like a refused connection and only
-//! logs why, so after a connect attempt has taken too long zklock shakes
-//! hands with one server itself, with the same CA and client identity, and
-//! names what is wrong with the certificates. What can be told from the
-//! files alone (a key that is not the certificate's, files swapped) is
-//! refused before connecting.
+//! TLS: the files given, read and checked once, as one value; and telling
+//! a certificate problem from an unreachable ensemble. The client library
+//! retries a failed TLS handshake like a refused connection and only logs
+//! why, so after a connect attempt has taken too long zklock shakes hands
+//! with one server itself, with the same CA and client identity, and names
+//! what is wrong with the certificates. What can be told from the files
+//! alone (a key that is not the certificate's, files swapped) is refused
+//! before connecting.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::pem::{PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, Error as TlsError, InconsistentKeys};
+use zookeeper_client as zk;
 
 use crate::exit::{ErrorKind, Failure};
 use crate::session::secret::Secret;
 
-/// The PEM contents behind the TLS settings, for the check.
+/// TLS to the ensemble: the CA that verifies the servers and, for mutual
+/// TLS, our own certificate.
 #[derive(Debug, Clone)]
-pub struct TlsPem {
-    pub ca: String,
-    pub ca_file: String,
-    /// The client certificate and its key, for mutual TLS.
-    pub identity: Option<(String, Secret)>,
-    pub cert_file: Option<String>,
+pub struct Tls {
+    pub ca_file: PathBuf,
+    ca: String,
+    pub identity: Option<Identity>,
+    /// The library's options, built from the same PEM.
+    pub options: zk::TlsOptions,
+}
+
+/// A client certificate and its key (PEM).
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub cert_file: PathBuf,
+    cert: String,
+    key: Secret,
+}
+
+impl Tls {
+    /// Reads and checks the files given: no TLS without a CA; a
+    /// certificate and its key come together.
+    pub fn read(
+        ca: Option<PathBuf>,
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+    ) -> Result<Option<Tls>, String> {
+        let Some(ca_file) = ca else {
+            if cert.is_some() || key.is_some() {
+                return Err(
+                    "--tls-cert and --tls-key need --tls-ca (the CA that signed the servers)"
+                        .into(),
+                );
+            }
+            return Ok(None);
+        };
+        let read = |what: &str, path: &Path| {
+            std::fs::read_to_string(path)
+                .map_err(|err| format!("cannot read the TLS {what} {}: {err}", path.display()))
+        };
+        let ca = read("CA file", &ca_file)?;
+        check_ca(&ca, &ca_file)?;
+        let options = zk::TlsOptions::new().with_pem_ca(&ca).map_err(|_| {
+            format!(
+                "the TLS CA file {} holds no PEM certificate",
+                ca_file.display()
+            )
+        })?;
+        let (identity, options) = match (cert, key) {
+            (None, None) => (None, options),
+            (Some(cert_file), Some(key_file)) => {
+                let (cert, key) = (read("certificate", &cert_file)?, read("key", &key_file)?);
+                check_identity(&cert, &cert_file, &key, &key_file)?;
+                let options = options.with_pem_identity(&cert, &key).map_err(|_| {
+                    format!(
+                        "the TLS certificate {} or key {} is not valid PEM",
+                        cert_file.display(),
+                        key_file.display()
+                    )
+                })?;
+                let key = Secret::new(key);
+                (
+                    Some(Identity {
+                        cert_file,
+                        cert,
+                        key,
+                    }),
+                    options,
+                )
+            }
+            (Some(_), None) => {
+                return Err("--tls-cert needs --tls-key (the certificate's private key)".into());
+            }
+            (None, Some(_)) => return Err("--tls-key needs --tls-cert".into()),
+        };
+        Ok(Some(Tls {
+            ca_file,
+            ca,
+            identity,
+            options,
+        }))
+    }
 }
 
 /// The kinds of the PEM sections in `pem`; Err if it is not valid PEM.
@@ -67,7 +143,7 @@ fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> Str
 }
 
 /// Refuses a CA file that holds no certificate, saying what it holds.
-pub fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
+fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
     let file = format!("the TLS CA file {}", ca_file.display());
     let kinds = sections(ca_pem).map_err(|()| format!("{file} is not valid PEM"))?;
     if kinds.contains(&SectionKind::Certificate) {
@@ -80,7 +156,7 @@ pub fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
 /// a file of the wrong kind (the two swapped, a key given twice) or a key
 /// that is not the certificate's. Each would otherwise surface only as
 /// handshakes failing until the connect timeout.
-pub fn check_identity(
+fn check_identity(
     cert_pem: &str,
     cert_file: &Path,
     key_pem: &str,
@@ -124,15 +200,15 @@ pub fn check_identity(
 /// `connect_string`, if it is the certificates (77) or a server that does
 /// not speak TLS on that port (69); None when the servers cannot be reached
 /// or the handshake succeeds. Blocking, bounded by `timeout` per step.
-pub fn diagnose(pem: &TlsPem, connect_string: &str, timeout: Duration) -> Option<Failure> {
+pub fn diagnose(tls: &Tls, connect_string: &str, timeout: Duration) -> Option<Failure> {
     let hosts = connect_string.split('/').next().unwrap_or("");
     hosts
         .split(',')
-        .find_map(|host| diagnose_host(pem, host, timeout).ok().flatten())
+        .find_map(|host| diagnose_host(tls, host, timeout).ok().flatten())
 }
 
 /// Err: the host could not be reached (try the next).
-fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
+fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
     let (name, _port) = host.rsplit_once(':').ok_or(())?;
     let name = name.trim_start_matches('[').trim_end_matches(']');
     let address = host.to_socket_addrs().map_err(drop)?.next().ok_or(())?;
@@ -143,10 +219,11 @@ fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<F
         socket,
         head: Vec::new(),
     };
-    let config = client_config(pem).map_err(drop)?;
+    let config = client_config(tls).map_err(drop)?;
     let server_name = ServerName::try_from(name.to_owned()).map_err(drop)?;
-    let mut tls = rustls::ClientConnection::new(Arc::new(config), server_name).map_err(drop)?;
-    let mut stream = rustls::Stream::new(&mut tls, &mut socket);
+    let mut connection =
+        rustls::ClientConnection::new(Arc::new(config), server_name).map_err(drop)?;
+    let mut stream = rustls::Stream::new(&mut connection, &mut socket);
     // Under TLS 1.3 the client finishes its side of the handshake before
     // the server has checked our certificate; the server's verdict (an
     // alert) comes with the first read. A healthy server says nothing
@@ -166,7 +243,7 @@ fn diagnose_host(pem: &TlsPem, host: &str, timeout: Duration) -> Result<Option<F
     Ok(err
         .get_ref()
         .and_then(|e| e.downcast_ref::<TlsError>())
-        .map(|tls_error| Failure::new(ErrorKind::NoPermission, explain(tls_error, pem, name))))
+        .map(|tls_error| Failure::new(ErrorKind::NoPermission, explain(tls_error, tls, name))))
 }
 
 /// The probe's socket, keeping the first bytes the server sent.
@@ -217,15 +294,15 @@ fn not_tls(head: &[u8], err: &std::io::Error) -> Option<&'static str> {
     }
 }
 
-fn client_config(pem: &TlsPem) -> Result<rustls::ClientConfig, TlsError> {
+fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pem.ca.as_bytes()).flatten() {
+    for cert in CertificateDer::pem_slice_iter(tls.ca.as_bytes()).flatten() {
         let _ = roots.add(cert);
     }
     let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
-    match &pem.identity {
+    match &tls.identity {
         None => Ok(builder.with_no_client_auth()),
-        Some((cert, key)) => {
+        Some(Identity { cert, key, .. }) => {
             let chain: Vec<_> = CertificateDer::pem_slice_iter(cert.as_bytes())
                 .flatten()
                 .collect();
@@ -237,12 +314,12 @@ fn client_config(pem: &TlsPem) -> Result<rustls::ClientConfig, TlsError> {
 }
 
 /// One clause naming the problem, for "TLS with HOST: ...".
-fn explain(err: &TlsError, pem: &TlsPem, host: &str) -> String {
+fn explain(err: &TlsError, tls: &Tls, host: &str) -> String {
     let what = match err {
         TlsError::InvalidCertificate(cert) => match cert {
             CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
                 "the server's certificate is not signed by the CA in {}",
-                pem.ca_file
+                tls.ca_file.display()
             ),
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 format!("the server's certificate is not valid for the name {host}")
@@ -256,23 +333,25 @@ fn explain(err: &TlsError, pem: &TlsPem, host: &str) -> String {
             CertificateError::Revoked => "the server's certificate is revoked".to_owned(),
             other => format!("the server's certificate is invalid ({other:?})"),
         },
-        TlsError::AlertReceived(alert) => match (&pem.cert_file, alert) {
-            (None, _) => format!(
-                "the server wants a client certificate (give --tls-cert and --tls-key); it said {alert:?}"
-            ),
-            (
-                Some(cert),
-                AlertDescription::UnknownCA
-                | AlertDescription::BadCertificate
-                | AlertDescription::CertificateUnknown
-                | AlertDescription::DecryptError,
-            ) => format!(
-                "the server does not accept the client certificate {cert} (it said {alert:?})"
-            ),
-            (Some(cert), _) => format!(
-                "the server refused the handshake with the client certificate {cert} ({alert:?})"
-            ),
-        },
+        TlsError::AlertReceived(alert) => {
+            match (tls.identity.as_ref().map(|i| i.cert_file.display()), alert) {
+                (None, _) => format!(
+                    "the server wants a client certificate (give --tls-cert and --tls-key); it said {alert:?}"
+                ),
+                (
+                    Some(cert),
+                    AlertDescription::UnknownCA
+                    | AlertDescription::BadCertificate
+                    | AlertDescription::CertificateUnknown
+                    | AlertDescription::DecryptError,
+                ) => format!(
+                    "the server does not accept the client certificate {cert} (it said {alert:?})"
+                ),
+                (Some(cert), _) => format!(
+                    "the server refused the handshake with the client certificate {cert} ({alert:?})"
+                ),
+            }
+        }
         other => format!("the handshake failed ({other}); is this the server's secureClientPort?"),
     };
     format!("TLS with {host}: {what}")

@@ -1,0 +1,284 @@
+//! How to reach the ensemble, and as whom: one set of options, filled by
+//! clap from the flags (and their `ZKLOCK_*` variables) and by serde from an
+//! ensemble of the config file (its keys are the flags' names), merged field
+//! by field ([`Options::or`]) and resolved into [`Settings`].
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::Args;
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
+
+use crate::exit::Failure;
+use crate::session::Settings;
+use crate::session::acl::AclPolicy;
+use crate::session::config::{self, Loaded};
+use crate::session::secret::{PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
+use crate::values::{HostList, Seconds, Target};
+
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Options {
+    /// ZooKeeper servers: comma-separated host:port list with an optional
+    /// /chroot suffix, e.g. `zk1:2181,zk2:2181/apps`; or `@NAME`, an
+    /// ensemble of the config file. [env: ZKLOCK_ZOOKEEPER] [default: the
+    /// config file's `default` ensemble, else 127.0.0.1:2181]
+    #[arg(short = 'z', long = "zookeeper", value_name = "HOSTS")]
+    #[serde(deserialize_with = "host_list")]
+    pub hosts: Option<Target>,
+
+    /// Session timeout to ask the ensemble for; the lock is released at most
+    /// this long after zklock dies or is cut off. [default: 10s]
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    #[serde(default, deserialize_with = "parsed")]
+    pub session_timeout: Option<Seconds>,
+
+    /// Give up (exit 69) if no session is established within DURATION.
+    /// [default: 10s]
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    #[serde(default, deserialize_with = "parsed")]
+    pub connect_timeout: Option<Seconds>,
+
+    /// The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or
+    /// ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "ZKLOCK_CONFIG",
+        hide_env_values = true
+    )]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Connect over TLS, verifying the servers (and their host names)
+    /// against the CA certificates in FILE (PEM).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "ZKLOCK_TLS_CA",
+        hide_env_values = true
+    )]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Present this client certificate (PEM) for mutual TLS; the server
+    /// knows us as `x509:<subject DN>`. Needs --tls-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "ZKLOCK_TLS_CERT",
+        hide_env_values = true
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "ZKLOCK_TLS_KEY",
+        hide_env_values = true
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Authenticate with SASL DIGEST-MD5 as USER (the server knows us as
+    /// `sasl:USER`); the password comes from --password-file or
+    /// ZKLOCK_PASSWORD.
+    #[arg(
+        long,
+        value_name = "USER",
+        env = "ZKLOCK_SASL_USER",
+        hide_env_values = true
+    )]
+    pub sasl_user: Option<String>,
+
+    /// Authenticate with the `digest` scheme as USER (zkCli's `addauth
+    /// digest USER:PASSWORD`); the password comes from --password-file or
+    /// ZKLOCK_PASSWORD.
+    #[arg(
+        long,
+        value_name = "USER",
+        env = "ZKLOCK_DIGEST_USER",
+        hide_env_values = true
+    )]
+    pub digest_user: Option<String>,
+
+    /// Read the password of --sasl-user or --digest-user from FILE (its
+    /// first line). Without it: the ZKLOCK_PASSWORD environment variable.
+    /// Passwords are never taken from the command line.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = PASSWORD_FILE_ENV,
+        hide_env_values = true
+    )]
+    pub password_file: Option<PathBuf>,
+
+    /// The password itself: ZKLOCK_PASSWORD, or a config file no one else
+    /// can read.
+    #[arg(skip)]
+    pub password: Option<Secret>,
+
+    /// Authenticate with Kerberos (SASL GSSAPI) from the ticket cache
+    /// (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`.
+    #[arg(long, env = "ZKLOCK_KERBEROS", hide_env_values = true)]
+    #[serde(default)]
+    pub kerberos: bool,
+
+    /// The service part of the servers' Kerberos principal
+    /// (SERVICE/host@REALM). [default: zookeeper]
+    #[arg(
+        long,
+        value_name = "SERVICE",
+        env = "ZKLOCK_KERBEROS_SERVICE",
+        hide_env_values = true
+    )]
+    pub kerberos_service: Option<String>,
+
+    /// The host part of the servers' Kerberos principal. [default: the host
+    /// zklock connects to]
+    #[arg(
+        long,
+        value_name = "HOST",
+        env = "ZKLOCK_KERBEROS_HOST",
+        hide_env_values = true
+    )]
+    pub kerberos_host: Option<String>,
+
+    /// The ACL of every node zklock creates, in zkCli's syntax
+    /// SCHEME:ID:PERMS (e.g. `sasl:backup:cdrwa`, `world:anyone:r`);
+    /// repeat it for several entries (ZKLOCK_ACL separates them with `;`).
+    /// `creator` = all permissions for the identities we authenticate as,
+    /// `open` = all permissions for everyone. Our own identity needs READ,
+    /// CREATE, DELETE and WRITE. [default: `creator` plus `world:anyone:r` with
+    /// credentials, else `open`]
+    #[arg(
+        long,
+        value_name = "ACL",
+        env = "ZKLOCK_ACL",
+        value_delimiter = ';',
+        hide_env_values = true
+    )]
+    #[serde(default, deserialize_with = "acl")]
+    pub acl: Vec<String>,
+}
+
+/// The variable `--zookeeper` falls back to.
+const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
+
+impl Options {
+    /// The connection settings: these flags over `ZKLOCK_*`, over the config
+    /// file, over the defaults; a bad setting is a usage error.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let loaded = config::load(self.config.as_deref()).map_err(Failure::usage)?;
+        let env = |name: &str| std::env::var_os(name);
+        Settings::resolve(self, loaded.as_ref(), &env).map_err(Failure::usage)
+    }
+
+    /// These options over the variables clap does not read (`ZKLOCK_ZOOKEEPER`,
+    /// so that a bad value is named as the variable, and `ZKLOCK_PASSWORD`,
+    /// which has no flag), over the ensemble of the config file `loaded`
+    /// that `-z @NAME` (or the file's `default`) names; hosts given
+    /// directly take nothing from the file.
+    pub fn merged(
+        &self,
+        loaded: Option<&Loaded>,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<Options, String> {
+        if let Some(loaded) = loaded {
+            loaded.check_passwords()?;
+        }
+        // An empty variable is unset, as for the shell's own variables.
+        let variable = |name: &str| {
+            let value = env(name).filter(|value| !value.is_empty());
+            (value.map(OsString::into_string).transpose())
+                .map_err(|_| format!("{name} is not valid UTF-8"))
+        };
+        let parse = |value: String| {
+            (value.parse::<Target>())
+                .map_err(|e| format!("invalid value '{value}' in {HOSTS_VARIABLE}: {e}"))
+        };
+        let from_env = variable(HOSTS_VARIABLE)?.map(parse).transpose()?;
+        let default = || Some(Target::Named(loaded?.file.default.clone()?));
+        let file = match self.hosts.clone().or(from_env).or_else(default) {
+            None => Options::default(),
+            Some(Target::Named(name)) => match loaded {
+                Some(loaded) => loaded.ensemble(&name)?,
+                None => {
+                    return Err(format!(
+                        "-z @{name} names an ensemble of the config file, but there is none \
+                         (looked for --config, $ZKLOCK_CONFIG, $XDG_CONFIG_HOME/zklock/config.toml \
+                         or ~/.config/zklock/config.toml, /etc/zklock/config.toml)"
+                    ));
+                }
+            },
+            hosts => Options {
+                hosts,
+                ..Options::default()
+            },
+        };
+        let ours = Options {
+            hosts: None,
+            password: variable(PASSWORD_ENV)?.map(Secret::new),
+            ..self.clone()
+        };
+        Ok(ours.or(file))
+    }
+
+    /// Ours where given, else `file`'s, field by field. An empty name
+    /// (`ZKLOCK_SASL_USER=` in a script) is unset, as for the shell's own
+    /// variables. The password comes whole from one side, a file before a
+    /// value: `--password-file`, then `ZKLOCK_PASSWORD`, then the file's.
+    fn or(self, file: Options) -> Options {
+        let named = |ours: Option<String>, theirs: Option<String>| {
+            let nonempty = |name: &String| !name.is_empty();
+            ours.filter(nonempty).or(theirs.filter(nonempty))
+        };
+        let (password_file, password) = match (self.password_file, self.password) {
+            (None, None) => (file.password_file, file.password),
+            ours => ours,
+        };
+        Options {
+            hosts: self.hosts.or(file.hosts),
+            session_timeout: self.session_timeout.or(file.session_timeout),
+            connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            config: self.config,
+            tls_ca: self.tls_ca.or(file.tls_ca),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            sasl_user: named(self.sasl_user, file.sasl_user),
+            digest_user: named(self.digest_user, file.digest_user),
+            password_file,
+            password,
+            kerberos: self.kerberos || file.kerberos,
+            kerberos_service: named(self.kerberos_service, file.kerberos_service),
+            kerberos_host: named(self.kerberos_host, file.kerberos_host),
+            acl: Some(self.acl)
+                .filter(|acl| !acl.is_empty())
+                .unwrap_or(file.acl),
+        }
+    }
+}
+
+// A config file's values are parsed as the flags' are, when it is read:
+// a bad one is refused with the file and line, whichever ensemble is used.
+
+fn parsed<'de, D: Deserializer<'de>, T: FromStr<Err = String>>(
+    value: D,
+) -> Result<Option<T>, D::Error> {
+    String::deserialize(value)?
+        .parse()
+        .map(Some)
+        .map_err(D::Error::custom)
+}
+
+/// An ensemble's `hosts`: a host list, not another `@NAME`.
+fn host_list<'de, D: Deserializer<'de>>(value: D) -> Result<Option<Target>, D::Error> {
+    Ok(parsed::<D, HostList>(value)?.map(Target::Hosts))
+}
+
+fn acl<'de, D: Deserializer<'de>>(value: D) -> Result<Vec<String>, D::Error> {
+    let entries = Vec::<String>::deserialize(value)?;
+    AclPolicy::parse_all(&entries).map_err(D::Error::custom)?;
+    Ok(entries)
+}
