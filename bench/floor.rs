@@ -8,6 +8,15 @@
 //! list PARENT, delete the node, close the session and wait until the
 //! server has confirmed the close, then run `true`.
 //!
+//! `bench-floor HOSTS PARENT --pipelined` (the wan scenario): the protocol
+//! minimum of an uncontended run, whether PARENT exists or not. Connect,
+//! then send in one burst, without waiting for an answer in between (the
+//! server answers a session's requests in order): a container create for
+//! every level of PARENT (NodeExists is fine), the EPHEMERAL_SEQUENTIAL
+//! node (create2) and the listing of PARENT; then close the session, which
+//! removes the node in the same transaction (no delete), wait until the
+//! server has confirmed the close, and run `true`.
+//!
 //! `bench-floor HOSTS PARENT --notify N` (scenario 2): what one ZooKeeper
 //! notification costs between two processes, the part of every hand-off
 //! that flock does not have. N times: a second process (`--watch`) sets a
@@ -51,12 +60,13 @@ async fn main() -> ExitCode {
         [hosts, parent, flag, count] if flag == "--notify" => notify(hosts, parent, count).await,
         [hosts, _parent, flag] if flag == "--watch" => watch(hosts).await,
         [hosts, prefix, flag] if flag == "--list" => list(hosts, prefix).await,
+        [hosts, parent, flag] if flag == "--pipelined" => pipelined(hosts, parent).await,
         [hosts, prefix, flag, paths, nodes] if flag == "--populate" => {
             populate(hosts, prefix, paths, nodes).await
         }
         [hosts, parent, command @ ..] => queued(hosts, parent, command).await,
         _ => {
-            eprintln!("usage: bench-floor HOSTS PARENT [--notify N | CMD [ARGS...]]");
+            eprintln!("usage: bench-floor HOSTS PARENT [--pipelined | --notify N | CMD [ARGS...]]");
             return ExitCode::from(64);
         }
     };
@@ -102,6 +112,39 @@ async fn uncontended(hosts: &str, parent: &str) -> Result<()> {
     client.delete(&format!("{parent}/{node}"), None).await?;
     close(client).await;
     // `true` from PATH, as `zklock run ... -- true` runs it.
+    Command::new("true").status()?;
+    Ok(())
+}
+
+async fn pipelined(hosts: &str, parent: &str) -> Result<()> {
+    let client = connect(hosts).await?;
+    let mut levels = Vec::new();
+    let mut dir = String::new();
+    for part in parent.split('/').filter(|p| !p.is_empty()) {
+        dir.push('/');
+        dir.push_str(part);
+        levels.push(dir.clone());
+    }
+    // The client sends each request when the method is called: every one
+    // of them is on its way before the first answer is awaited.
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let ancestors: Vec<_> = levels
+        .iter()
+        .map(|dir| client.create(dir, &[], &container))
+        .collect();
+    let prefix = format!("{parent}/floor-");
+    let ours = client.create(&prefix, &[], &ephemeral);
+    let listing = client.list_children(parent);
+    for created in ancestors {
+        match created.await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    ours.await?;
+    listing.await?;
+    close(client).await;
     Command::new("true").status()?;
     Ok(())
 }
