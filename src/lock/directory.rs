@@ -3,8 +3,6 @@
 //! reads are in `inspect.rs`). Holders and waiters are told apart with the
 //! same predicate the acquire loop uses (`recipe::standing`).
 
-use std::cmp::Ordering;
-
 use serde::Serialize;
 
 use crate::lock::holder::HolderData;
@@ -83,14 +81,6 @@ pub struct LockView {
 }
 
 impl LockView {
-    pub fn free() -> LockView {
-        LockView {
-            kind: PathKind::Free,
-            holders: Vec::new(),
-            waiting: Vec::new(),
-        }
-    }
-
     pub fn is_free(&self) -> bool {
         self.holders.is_empty() && self.waiting.is_empty()
     }
@@ -98,42 +88,30 @@ impl LockView {
 
 /// The view of a plain (exclusive or read/write) lock directory.
 pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
-    // Each contender with where its sequence suffix starts in its name.
-    let mut contenders: Vec<(usize, Class, ChildNode)> = children
-        .into_iter()
-        .filter_map(|node| {
-            let contender = recipe::parse_contender(&node.name)?;
-            let at = node.name.len() - contender.seq.len();
-            Some((at, contender.class, node))
-        })
-        .collect();
-    contenders.sort_by(|a, b| recipe::seq_order(&a.2.name[a.0..], &b.2.name[b.0..]));
-    let classes: Vec<Class> = contenders.iter().map(|(_, class, _)| *class).collect();
-    let mut holders = Vec::new();
-    let mut waiting = Vec::new();
-    for ((_, class, node), held) in contenders.into_iter().zip(recipe::holding(&classes)) {
+    let queue = in_queue_order(children, |name| {
+        let contender = recipe::parse_contender(name)?;
+        Some((contender.class, contender.seq))
+    });
+    let classes: Vec<Class> = queue.iter().map(|(class, _)| *class).collect();
+    let mut view = LockView {
+        kind: PathKind::Free,
+        holders: Vec::new(),
+        waiting: Vec::new(),
+    };
+    for ((class, node), held) in queue.into_iter().zip(recipe::holding(&classes)) {
         let kind = entry_kind(&node.name, class);
+        view.kind = match kind {
+            EntryKind::Read | EntryKind::Write => PathKind::Shared,
+            _ if view.kind == PathKind::Free => PathKind::Exclusive,
+            _ => view.kind,
+        };
         let entry = entry(node, kind, held);
-        if held {
-            holders.push(entry);
-        } else {
-            waiting.push(entry);
+        match held {
+            true => view.holders.push(entry),
+            false => view.waiting.push(entry),
         }
     }
-    let shared = holders
-        .iter()
-        .chain(&waiting)
-        .any(|e| matches!(e.kind, EntryKind::Read | EntryKind::Write));
-    let kind = match (holders.is_empty() && waiting.is_empty(), shared) {
-        (true, _) => PathKind::Free,
-        (false, true) => PathKind::Shared,
-        (false, false) => PathKind::Exclusive,
-    };
-    LockView {
-        kind,
-        holders,
-        waiting,
-    }
+    view
 }
 
 /// The view of a semaphore of `limit`: `leases` and the `gate` queue. The
@@ -165,20 +143,34 @@ pub fn semaphore(limit: u32, leases: Vec<ChildNode>, gate: Vec<ChildNode>) -> Lo
     }
 }
 
-/// Children named `..<marker><seq>`, in sequence order.
+/// Children named `..<marker><seq>`, in queue order.
 fn sorted(nodes: Vec<ChildNode>, marker: &str) -> Vec<ChildNode> {
-    // Each node with where its sequence suffix starts in its name.
-    let mut numbered: Vec<(usize, ChildNode)> = nodes
-        .into_iter()
-        .filter_map(|n| Some((sequence_start(&n.name, marker)?, n)))
-        .collect();
-    numbered.sort_by(|a, b| recipe::seq_order(&a.1.name[a.0..], &b.1.name[b.0..]));
-    numbered.into_iter().map(|(_, n)| n).collect()
+    in_queue_order(nodes, |name| {
+        Some(((), recipe::sequence_after(name, marker)?))
+    })
+    .into_iter()
+    .map(|((), node)| node)
+    .collect()
 }
 
-fn sequence_start(name: &str, marker: &str) -> Option<usize> {
-    let at = name.rfind(marker)? + marker.len();
-    recipe::parse_sequence(&name[at..]).map(|_| at)
+/// The nodes whose names `parse` finds a sequence suffix in (with what else
+/// it finds), in queue order.
+fn in_queue_order<T>(
+    nodes: Vec<ChildNode>,
+    parse: impl Fn(&str) -> Option<(T, &str)>,
+) -> Vec<(T, ChildNode)> {
+    let mut queue: Vec<(String, T, ChildNode)> = nodes
+        .into_iter()
+        .filter_map(|node| {
+            let (found, seq) = parse(&node.name)?;
+            Some((seq.to_owned(), found, node))
+        })
+        .collect();
+    queue.sort_by(|a, b| recipe::seq_order(&a.0, &b.0));
+    queue
+        .into_iter()
+        .map(|(_, found, node)| (found, node))
+        .collect()
 }
 
 fn entry_kind(name: &str, class: Class) -> EntryKind {
@@ -217,11 +209,6 @@ fn entry(node: ChildNode, kind: EntryKind, held: bool) -> Entry {
     }
 }
 
-/// Orders lock paths for output: bytewise, as they are taken.
-pub fn path_order(a: &str, b: &str) -> Ordering {
-    a.as_bytes().cmp(b.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +227,10 @@ mod tests {
         }
     }
 
+    fn names(entries: &[Entry]) -> Vec<&str> {
+        entries.iter().map(|e| e.node.name.as_str()).collect()
+    }
+
     const OURS: &str = r#"{"host":"web1","pid":7,"user":"deploy","command":"./job.sh","version":"0.1.0","acquired":true}"#;
 
     #[test]
@@ -251,7 +242,6 @@ mod tests {
             node("0f3a__lock__0000000003", 3, 30, "10.0.0.7"),
         ]);
         assert_eq!(view.kind, PathKind::Exclusive);
-        let names = |e: &[Entry]| e.iter().map(|e| e.node.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(&view.holders), ["_c_a-lock-0000000001"]);
         assert_eq!(
             names(&view.waiting),
@@ -274,7 +264,6 @@ mod tests {
             node("_c_b-lock--2147483648", 2, 20, "{}"),
             node("_c_c-lock--2147483647", 3, 30, "{}"),
         ]);
-        let names = |e: &[Entry]| e.iter().map(|e| e.node.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(&view.holders), ["_c_c-lock--2147483647"]);
         assert_eq!(
             names(&view.waiting),
@@ -321,7 +310,6 @@ mod tests {
             ],
         );
         assert_eq!(view.kind, PathKind::Semaphore { limit: 2 });
-        let names = |e: &[Entry]| e.iter().map(|e| e.node.name.clone()).collect::<Vec<_>>();
         assert_eq!(
             names(&view.holders),
             ["_c_a-lease-0000000001", "_c_b-lease-0000000002"]
@@ -330,15 +318,5 @@ mod tests {
             names(&view.waiting),
             ["_c_c-lease-0000000003", "_c_h-lock-0000000006"]
         );
-    }
-
-    #[test]
-    fn holder_data_of_other_clients_is_not_ours() {
-        assert_eq!(HolderData::parse(b"10.0.0.7"), None);
-        assert_eq!(HolderData::parse(b"{}"), None);
-        assert_eq!(HolderData::parse(b"{\"x\":1}"), None);
-        let ours = HolderData::parse(OURS.as_bytes()).unwrap();
-        assert_eq!(ours.host.as_deref(), Some("web1"));
-        assert_eq!(ours.acquired, Some(true));
     }
 }

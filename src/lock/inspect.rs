@@ -16,7 +16,7 @@ const BATCH: usize = 100;
 /// The holders and queue of the lock at `path`; a missing path is free.
 pub async fn read_lock(client: &zk::Client, path: &str) -> Result<LockView> {
     let children = match retrying(|| client.list_children(path)).await {
-        Err(zk::Error::NoNode) => return Ok(LockView::free()),
+        Err(zk::Error::NoNode) => return Ok(directory::plain_lock(Vec::new())),
         result => result.with_context(|| format!("listing {path}"))?,
     };
     if recipe::looks_like_semaphore(&children) {
@@ -188,6 +188,6 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
         }
         level = next;
     }
-    found.sort_by(|a, b| directory::path_order(&a.0, &b.0));
+    found.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(found)
 }

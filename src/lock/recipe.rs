@@ -72,33 +72,29 @@ pub struct Contender<'a> {
 /// ignored, so unrelated children cannot block the lock).
 pub fn parse_contender(name: &str) -> Option<Contender<'_>> {
     CONTENDERS.iter().find_map(|&(marker, class)| {
-        let at = name.rfind(marker)?;
-        let seq = parse_sequence(&name[at + marker.len()..])?;
+        let seq = sequence_after(name, marker)?;
         Some(Contender { name, class, seq })
     })
+}
+
+/// The sequence suffix after the last `marker` in `name`, if it is one.
+pub fn sequence_after<'a>(name: &'a str, marker: &str) -> Option<&'a str> {
+    parse_sequence(&name[name.rfind(marker)? + marker.len()..])
 }
 
 /// `suffix` if it is a sequence number as ZooKeeper writes it: `%010d` of a
 /// signed 32-bit counter, which wraps to negative numbers (`-2147483648`)
 /// after 2^31 creates under one parent.
 pub fn parse_sequence(suffix: &str) -> Option<&str> {
-    use std::io::Write;
     let seq: i32 = suffix.parse().ok()?;
-    // Compared in a stack buffer: `zklock list` parses every node of a tree.
-    let mut canonical = [0u8; 12];
-    let mut rest = &mut canonical[..];
-    write!(rest, "{seq:010}").ok()?;
-    let len = 12 - rest.len();
-    (&canonical[..len] == suffix.as_bytes()).then_some(suffix)
+    (format!("{seq:010}") == suffix).then_some(suffix)
 }
 
-/// Queue order of two sequence suffixes: as strings, exactly as Curator
-/// (`LockInternals.getSortedChildren`) and kazoo (`_get_sorted_children`)
-/// order them, so that all clients agree on the holder even after the
-/// counter wraps (then `-` sorts before every digit, and the new negative
-/// numbers go first).
+/// Queue order of two sequence suffixes: as strings, exactly as Curator and
+/// kazoo order them, so that all clients agree on the holder even after the
+/// counter wraps (docs/design.md, "Queue order").
 pub fn seq_order(a: &str, b: &str) -> Ordering {
-    a.as_bytes().cmp(b.as_bytes())
+    a.cmp(b)
 }
 
 /// Whether a preceding node of class `before` keeps a node of class `me` waiting.
@@ -204,7 +200,7 @@ pub fn decode_limit(data: &[u8]) -> Option<u32> {
 /// for overlapping sets cannot deadlock.
 pub fn acquisition_order<'a>(paths: &[&'a str]) -> Vec<&'a str> {
     let mut sorted = paths.to_vec();
-    sorted.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    sorted.sort_unstable();
     sorted
 }
 
@@ -234,27 +230,16 @@ mod tests {
 
     #[test]
     fn parses_every_contender_kind() {
-        let parse = |n| parse_contender(n).map(|c| (c.class, c.seq));
-        assert_eq!(
-            parse("_c_ab-lock-0000000042"),
-            Some((Class::Writer, "0000000042"))
-        );
-        assert_eq!(
-            parse("_c_ab-__WRIT__0000000007"),
-            Some((Class::Writer, "0000000007"))
-        );
-        assert_eq!(
-            parse("_c_ab-__READ__0000000008"),
-            Some((Class::Reader, "0000000008"))
-        );
-        assert_eq!(
-            parse("0f3a__lock__0000000009"),
-            Some((Class::Writer, "0000000009"))
-        );
-        assert_eq!(
-            parse("0f3a__rlock__0000000010"),
-            Some((Class::Reader, "0000000010"))
-        );
+        for (name, class, seq) in [
+            ("_c_ab-lock-0000000042", Class::Writer, "0000000042"),
+            ("_c_ab-__WRIT__0000000007", Class::Writer, "0000000007"),
+            ("_c_ab-__READ__0000000008", Class::Reader, "0000000008"),
+            ("0f3a__lock__0000000009", Class::Writer, "0000000009"),
+            ("0f3a__rlock__0000000010", Class::Reader, "0000000010"),
+        ] {
+            let parsed = parse_contender(name).map(|c| (c.class, c.seq));
+            assert_eq!(parsed, Some((class, seq)), "{name}");
+        }
     }
 
     #[test]
@@ -292,18 +277,15 @@ mod tests {
     }
 
     #[test]
-    fn first_node_holds() {
-        let children = names(&["_c_b-lock-0000000002", "_c_a-lock-0000000001", "unrelated"]);
-        assert_eq!(standing(&children, "_c_a-lock-0000000001"), Standing::Held);
-    }
-
-    #[test]
-    fn waiters_watch_only_their_predecessor() {
+    fn exclusive_queue() {
         let children = names(&[
             "_c_c-lock-0000000003",
             "_c_a-lock-0000000001",
+            "unrelated",
             "_c_b-lock-0000000002",
         ]);
+        assert_eq!(standing(&children, "_c_a-lock-0000000001"), Standing::Held);
+        // A waiter watches only its predecessor.
         assert_eq!(
             standing(&children, "_c_c-lock-0000000003"),
             Standing::Waiting {
@@ -312,11 +294,6 @@ mod tests {
                 first: "_c_a-lock-0000000001"
             }
         );
-    }
-
-    #[test]
-    fn missing_node_is_reported() {
-        let children = names(&["_c_a-lock-0000000001"]);
         assert_eq!(
             standing(&children, "_c_z-lock-0000000009"),
             Standing::Missing
@@ -393,22 +370,6 @@ mod tests {
             Standing::Waiting {
                 predecessor: "_c_r3-__READ__0000000004",
                 ahead: 4,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn kazoo_nodes_are_contenders() {
-        let children = names(&[
-            "0f3a__lock__0000000001",
-            "_c_me-__READ__0000000002",
-            "9b__rlock__0000000003",
-        ]);
-        assert!(matches!(
-            standing(&children, "_c_me-__READ__0000000002"),
-            Standing::Waiting {
-                predecessor: "0f3a__lock__0000000001",
                 ..
             }
         ));
