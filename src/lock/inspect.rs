@@ -15,10 +15,7 @@ const BATCH: usize = 100;
 
 /// The holders and queue of the lock at `path`; a missing path is free.
 pub async fn read_lock(client: &zk::Client, path: &str) -> Result<LockView> {
-    let children = match retrying(|| client.list_children(path)).await {
-        Err(zk::Error::NoNode) => return Ok(directory::plain_lock(Vec::new())),
-        result => result.with_context(|| format!("listing {path}"))?,
-    };
+    let children = list(client, path).await?;
     if recipe::looks_like_semaphore(&children) {
         if let Some(limit) = read_limit(client, path).await? {
             return read_semaphore(client, path, limit).await;
@@ -28,8 +25,16 @@ pub async fn read_lock(client: &zk::Client, path: &str) -> Result<LockView> {
         .into_iter()
         .filter(|c| recipe::parse_contender(c).is_some())
         .collect();
-    let nodes = read_nodes(client, path, &contenders).await?;
+    let nodes = read_nodes(client, path, contenders).await?;
     Ok(directory::plain_lock(nodes))
+}
+
+/// The children of `dir`; none if it does not exist.
+async fn list(client: &zk::Client, dir: &str) -> Result<Vec<String>> {
+    match retrying(|| client.list_children(dir)).await {
+        Err(zk::Error::NoNode) => Ok(Vec::new()),
+        result => result.with_context(|| format!("listing {dir}")),
+    }
 }
 
 /// A semaphore's limit: the data of its directory, if it is one.
@@ -43,37 +48,37 @@ async fn read_limit(client: &zk::Client, path: &str) -> Result<Option<u32>> {
 }
 
 async fn read_semaphore(client: &zk::Client, path: &str, limit: u32) -> Result<LockView> {
-    let mut parts = Vec::new();
-    for part in [SEMAPHORE_LEASES, SEMAPHORE_GATE] {
-        let dir = recipe::child(path, part);
-        let names = match retrying(|| client.list_children(&dir)).await {
-            Err(zk::Error::NoNode) => Vec::new(),
-            result => result.with_context(|| format!("listing {dir}"))?,
-        };
-        parts.push(read_nodes(client, &dir, &names).await?);
-    }
-    let gate = parts.pop().unwrap_or_default();
-    let leases = parts.pop().unwrap_or_default();
+    let leases = recipe::child(path, SEMAPHORE_LEASES);
+    let gate = recipe::child(path, SEMAPHORE_GATE);
+    let leases = read_nodes(client, &leases, list(client, &leases).await?).await?;
+    let gate = read_nodes(client, &gate, list(client, &gate).await?).await?;
     Ok(directory::semaphore(limit, leases, gate))
 }
 
-/// Data and stat of the children `names` of `dir`; those deleted meanwhile
-/// are left out.
-async fn read_nodes(client: &zk::Client, dir: &str, names: &[String]) -> Result<Vec<ChildNode>> {
+/// Data and stat of the children `names` of `dir`.
+async fn read_nodes(client: &zk::Client, dir: &str, names: Vec<String>) -> Result<Vec<ChildNode>> {
     let paths: Vec<String> = names.iter().map(|n| recipe::child(dir, n)).collect();
     let results = multi_read(client, &paths, Read::Data).await?;
-    Ok(names
-        .iter()
-        .zip(results)
-        .filter_map(|(name, result)| match result {
+    Ok(child_nodes(names, results))
+}
+
+/// Each name with its read; those deleted meanwhile are left out.
+fn child_nodes(
+    names: impl IntoIterator<Item = String>,
+    reads: impl IntoIterator<Item = zk::MultiReadResult>,
+) -> Vec<ChildNode> {
+    names
+        .into_iter()
+        .zip(reads)
+        .filter_map(|(name, read)| match read {
             zk::MultiReadResult::Data { data, stat } => Some(ChildNode {
-                name: name.clone(),
+                name,
                 stat: node_stat(&stat),
                 data,
             }),
             _ => None,
         })
-        .collect())
+        .collect()
 }
 
 pub fn node_stat(stat: &zk::Stat) -> NodeStat {
@@ -134,20 +139,19 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
             let zk::MultiReadResult::Children { children } = listing else {
                 continue;
             };
-            if recipe::looks_like_semaphore(&children) {
+            let (contenders, others): (Vec<String>, Vec<String>) = children
+                .into_iter()
+                .partition(|c| recipe::parse_contender(c).is_some());
+            if recipe::looks_like_semaphore(&others) {
                 semaphores.push(dir.clone());
-            } else if children
-                .iter()
-                .any(|c| recipe::parse_contender(c).is_some())
-            {
-                plain.push((dir.clone(), children.clone()));
+            } else if !contenders.is_empty() {
+                plain.push((dir.clone(), contenders));
             }
             next.extend(
-                children
+                others
                     .iter()
                     // ZooKeeper's own subtree holds no locks.
                     .filter(|c| !(dir == "/" && c.as_str() == "zookeeper"))
-                    .filter(|c| recipe::parse_contender(c).is_none())
                     .map(|c| recipe::child(dir, c)),
             );
         }
@@ -159,31 +163,14 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
                 found.push((dir.clone(), read_semaphore(client, &dir, limit).await?));
             }
         }
-        let all_nodes: Vec<String> = plain
+        let paths: Vec<String> = plain
             .iter()
-            .flat_map(|(dir, children)| {
-                children
-                    .iter()
-                    .filter(|c| recipe::parse_contender(c).is_some())
-                    .map(move |c| recipe::child(dir, c))
-            })
+            .flat_map(|(dir, names)| names.iter().map(move |n| recipe::child(dir, n)))
             .collect();
-        let mut read = multi_read(client, &all_nodes, Read::Data)
-            .await?
-            .into_iter();
-        for (dir, children) in plain {
-            let nodes = children
-                .into_iter()
-                .filter(|c| recipe::parse_contender(c).is_some())
-                .filter_map(|name| match read.next() {
-                    Some(zk::MultiReadResult::Data { data, stat }) => Some(ChildNode {
-                        name,
-                        stat: node_stat(&stat),
-                        data,
-                    }),
-                    _ => None,
-                })
-                .collect();
+        let mut reads = multi_read(client, &paths, Read::Data).await?.into_iter();
+        for (dir, names) in plain {
+            let count = names.len();
+            let nodes = child_nodes(names, reads.by_ref().take(count));
             found.push((dir, directory::plain_lock(nodes)));
         }
         level = next;
