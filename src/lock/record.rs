@@ -1,15 +1,6 @@
-//! The run record of `--once-per` (docs/design.md, "The run record"): a
-//! persistent child of the lock path holding the last run and the last
-//! successful run, in server time; what it decides (pure), and its reads
-//! and writes. Every write is versioned: a record changed since it was read
-//! is read again, never overwritten blindly.
-//!
-//! Its name, [`RECORD`], contains none of the markers any lock recipe
-//! parses (`-lock-`/`lock-`, `__READ__`, `__WRIT__`, `__lock__`,
-//! `__rlock__`) and is neither `locks` nor `leases` (a semaphore's layout):
-//! zklock, Curator and kazoo contenders all ignore it, and Curator, which
-//! sorts every child by what follows its marker, sorts a name without one
-//! after every sequence number.
+//! The run record of `--once-per` (docs/design.md, "The run record"): what
+//! it decides (pure), and its reads and writes. Every write is versioned: a
+//! record changed since it was read is read again, never overwritten.
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -20,7 +11,7 @@ use crate::lock::inspect::node_stat;
 use crate::lock::recipe;
 use crate::session::retrying;
 
-/// The record's name under the lock path.
+/// The record's name under the lock path: no recipe takes it for a contender.
 pub const RECORD: &str = "zklock.record";
 
 /// The record's path for a lock path.
@@ -28,8 +19,7 @@ pub fn record_path(lock: &str) -> String {
     recipe::child(lock, RECORD)
 }
 
-/// What the record node holds, as JSON (field names are a public contract,
-/// listed in docs/design.md, "The run record").
+/// What the record node holds, as JSON (field names are a public contract).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,8 +42,7 @@ pub struct RunRecord {
     pub host: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// zklock's exit status for the run (the command's, 124 on
-    /// `--max-runtime`, 128+N for a signal, 76 when the lock was lost).
+    /// zklock's exit status for the run.
     pub exit_status: u8,
     pub fencing_token: i64,
 }
@@ -108,12 +97,8 @@ pub enum Verdict {
 }
 
 /// Whether a run started at `start_ms` lies within `span_ms` of `now_ms`:
-/// less than `span_ms` ago, or not more than `span_ms` ahead. A start a
-/// little after now comes from the ensemble's leader changing to one whose
-/// clock is behind: skipping a run is the failure that can be noticed and
-/// retried, running twice is not. A start further ahead than the span
-/// itself is no skew but a bogus date (a clock that jumped, a hand edit),
-/// and would hold the job back for as long as it lasts.
+/// less than `span_ms` ago, or not more than `span_ms` ahead (a leader's
+/// clock behind the last one's; further ahead is a bogus date).
 fn within(start_ms: i64, now_ms: i64, span_ms: i64) -> bool {
     let ago = now_ms.saturating_sub(start_ms);
     ago < span_ms && ago >= span_ms.saturating_neg()
@@ -193,19 +178,14 @@ pub async fn stamp(client: &zk::Client, lock: &str, acls: &[zk::Acl]) -> Result<
         let (data, stat) = match retrying(|| client.get_data(&path)).await {
             Err(zk::Error::NoNode) => {
                 let empty = Record::default();
-                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
-                match retrying(|| client.create(&path, &empty.to_bytes(), &persistent)).await {
-                    Ok((stat, _)) => {
-                        return Ok(Stamped {
-                            record: empty,
-                            version: stat.version,
-                            now_ms: stat.mtime,
-                        });
-                    }
-                    // Created meanwhile (or by our own lost reply): read it.
-                    Err(zk::Error::NodeExists) => continue,
-                    Err(err) => return Err(err).with_context(|| format!("creating {path}")),
-                }
+                let Some(stat) = create(client, &path, &empty.to_bytes(), acls).await? else {
+                    continue;
+                };
+                return Ok(Stamped {
+                    record: empty,
+                    version: stat.version,
+                    now_ms: stat.mtime,
+                });
             }
             result => result.with_context(|| format!("reading {path}"))?,
         };
@@ -252,11 +232,9 @@ pub async fn record(
                 Ok((data, stat)) => (Record::parse(&data), stat.version),
                 Err(zk::Error::NoNode) => {
                     let data = Record::default().with_run(run.clone()).to_bytes();
-                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
-                    match retrying(|| client.create(&path, &data, &persistent)).await {
-                        Ok(_) => return Ok(Recorded::Done),
-                        Err(zk::Error::NodeExists) => continue,
-                        Err(err) => return Err(err).with_context(|| format!("creating {path}")),
+                    match create(client, &path, &data, acls).await? {
+                        Some(_) => return Ok(Recorded::Done),
+                        None => continue,
                     }
                 }
                 Err(err) => return Err(err).with_context(|| format!("reading {path}")),
@@ -281,6 +259,22 @@ pub async fn record(
         }
     }
     bail!("{path} keeps changing; this run is not recorded")
+}
+
+/// Creates the record with `data`; `None` if it exists (created meanwhile,
+/// or by our own write whose reply was lost): read it again.
+async fn create(
+    client: &zk::Client,
+    path: &str,
+    data: &[u8],
+    acls: &[zk::Acl],
+) -> Result<Option<zk::Stat>> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+    match retrying(|| client.create(path, data, &persistent)).await {
+        Ok((stat, _)) => Ok(Some(stat)),
+        Err(zk::Error::NodeExists) => Ok(None),
+        Err(err) => Err(err).with_context(|| format!("creating {path}")),
+    }
 }
 
 #[cfg(test)]
