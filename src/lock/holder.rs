@@ -1,12 +1,5 @@
-//! The data stored in our lock node: who holds or waits, for people reading
-//! `-v` output, "not acquired" messages or `status` (docs/design.md,
-//! "Holder data"). Correctness never depends on it.
-//!
-//! The fields (a JSON object, [`HolderData`]): `host`, `zklock_pid`,
-//! `user`, `command` or `label`, `version` from the create; `pid` (the
-//! command's) and `acquired: true` added by one write once the command
-//! runs. The time the lock was taken is that write's `mtime` (server
-//! clock); the time the holder queued is the node's `ctime`. The one
+//! The data stored in our lock nodes (docs/design.md, "Holder data"): who
+//! holds or waits, for people; correctness never depends on it. The one
 //! renderer of a holder for people is [`HolderData::who`].
 
 use std::ffi::OsString;
@@ -42,13 +35,6 @@ pub struct HolderData {
     pub acquired: Option<bool>,
 }
 
-impl HolderData {
-    pub fn parse(data: &[u8]) -> Option<HolderData> {
-        let parsed: HolderData = serde_json::from_slice(data).ok()?;
-        (parsed.host.is_some() || parsed.pid.is_some()).then_some(parsed)
-    }
-}
-
 /// At most this many bytes of the command line (or label) are stored: the
 /// node data must stay far below the server's request limit (jute.maxbuffer,
 /// 1 MiB by default), which would otherwise refuse our create.
@@ -65,23 +51,22 @@ pub enum Detail {
 }
 
 impl HolderData {
+    /// zklock's data, if `data` is that: it names a host or a pid.
+    pub fn parse(data: &[u8]) -> Option<HolderData> {
+        let parsed: HolderData = serde_json::from_slice(data).ok()?;
+        (parsed.host.is_some() || parsed.pid.is_some()).then_some(parsed)
+    }
+
     /// This zklock running `argv`, or `label` instead of it, as its node
     /// says while it queues.
     pub fn ours(argv: &[OsString], label: Option<&str>) -> HolderData {
-        let text = match label {
-            Some(label) => label.to_owned(),
-            None => {
-                let words: Vec<String> = argv
-                    .iter()
-                    .map(|a| a.to_string_lossy().into_owned())
-                    .collect();
-                words.join(" ")
-            }
-        };
-        let text = Some(truncate(&text, MAX_COMMAND_BYTES));
+        let stored = |text: &str| Some(truncate(text, MAX_COMMAND_BYTES));
         let (command, label) = match label {
-            Some(_) => (None, text),
-            None => (text, None),
+            Some(label) => (None, stored(label)),
+            None => {
+                let words: Vec<_> = argv.iter().map(|a| a.to_string_lossy()).collect();
+                (stored(&words.join(" ")), None)
+            }
         };
         HolderData {
             host: Some(hostname()),
@@ -140,11 +125,6 @@ impl HolderData {
             .as_deref()
             .or(self.command.as_deref())
             .map(escape_controls)
-    }
-
-    /// Whether the data names a process (a zklock's, or its command's).
-    fn names_a_process(&self) -> bool {
-        self.pid.is_some() || self.zklock_pid.is_some()
     }
 }
 
@@ -209,13 +189,12 @@ pub fn describe(seen: &Seen) -> Option<String> {
             !text.is_empty() && text.len() <= 120 && !text.chars().any(char::is_control);
         return printable.then(|| format!("data {text:?}"));
     };
-    if !data.names_a_process() {
+    if data.pid.is_none() && data.zklock_pid.is_none() {
         return None;
     }
     let mut text = data.who(Detail::Full);
     // Before its one write, a holder has only queued (or is starting its
-    // command); zklock before 0.2 never wrote, and its `start` was the
-    // host's clock at queueing, so it is not shown.
+    // command).
     let (since, at) = match data.acquired == Some(true) {
         true => ("since", seen.mtime),
         false => ("queued since", seen.ctime),
