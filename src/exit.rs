@@ -74,7 +74,7 @@ impl Exit {
     pub fn for_error(err: &anyhow::Error) -> Exit {
         // anyhow's downcast_ref looks through every layer of context.
         if let Some(failure) = err.downcast_ref::<Failure>() {
-            return failure.kind.exit();
+            return failure.exit;
         }
         match err.downcast_ref::<zookeeper_client::Error>() {
             Some(zookeeper_client::Error::NoAuth | zookeeper_client::Error::AuthFailed) => {
@@ -91,46 +91,27 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// A failure class with its own exit status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    Usage,
-    Unavailable,
-    NoPermission,
-    NotExecutable,
-    NotFound,
-}
+/// The exit status a [`Failure`] decides; the name other modules use for it.
+pub type ErrorKind = Exit;
 
-impl ErrorKind {
-    fn exit(self) -> Exit {
-        match self {
-            ErrorKind::Usage => Exit::Usage,
-            ErrorKind::Unavailable => Exit::Unavailable,
-            ErrorKind::NoPermission => Exit::NoPermission,
-            ErrorKind::NotExecutable => Exit::NotExecutable,
-            ErrorKind::NotFound => Exit::NotFound,
-        }
-    }
-}
-
-/// An error message with the class that decides the exit status; use it as
-/// the error itself or as context on a lower-level error.
+/// An error message with the exit status it decides; use it as the error
+/// itself or as context on a lower-level error.
 #[derive(Debug)]
 pub struct Failure {
-    kind: ErrorKind,
+    exit: Exit,
     message: String,
 }
 
 impl Failure {
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Failure {
+    pub fn new(exit: Exit, message: impl Into<String>) -> Failure {
         Failure {
-            kind,
+            exit,
             message: message.into(),
         }
     }
 
     pub fn usage(message: impl Into<String>) -> anyhow::Error {
-        Failure::new(ErrorKind::Usage, message).into()
+        Failure::new(Exit::Usage, message).into()
     }
 }
 
@@ -191,12 +172,12 @@ mod tests {
         assert_eq!(format!("{usage:#}"), "bad path");
         let io = std::io::Error::from_raw_os_error(libc::ENOENT);
         let not_found = Err::<(), _>(io)
-            .context(Failure::new(ErrorKind::NotFound, "cannot run x"))
+            .context(Failure::new(Exit::NotFound, "cannot run x"))
             .unwrap_err();
         let outer = not_found.context("while starting");
         assert_eq!(Exit::for_error(&outer), Exit::NotFound);
         assert!(format!("{outer:#}").starts_with("while starting: cannot run x: No such file"));
-        let unavailable = anyhow::Error::new(Failure::new(ErrorKind::Unavailable, "no session"))
+        let unavailable = anyhow::Error::new(Failure::new(Exit::Unavailable, "no session"))
             .context("connecting");
         assert_eq!(Exit::for_error(&unavailable), Exit::Unavailable);
         let denied = anyhow::Error::new(zookeeper_client::Error::NoAuth).context("creating node");
