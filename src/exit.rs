@@ -177,8 +177,8 @@ mod tests {
         let outer = not_found.context("while starting");
         assert_eq!(Exit::for_error(&outer), Exit::NotFound);
         assert!(format!("{outer:#}").starts_with("while starting: cannot run x: No such file"));
-        let unavailable = anyhow::Error::new(Failure::new(Exit::Unavailable, "no session"))
-            .context("connecting");
+        let unavailable =
+            anyhow::Error::new(Failure::new(Exit::Unavailable, "no session")).context("connecting");
         assert_eq!(Exit::for_error(&unavailable), Exit::Unavailable);
         let denied = anyhow::Error::new(zookeeper_client::Error::NoAuth).context("creating node");
         assert_eq!(Exit::for_error(&denied), Exit::NoPermission);

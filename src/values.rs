@@ -98,11 +98,7 @@ impl FromStr for LockPath {
         if path == "/" {
             return Err("the root `/` cannot be a lock path; use e.g. /locks/NAME".into());
         }
-        if path == "/zookeeper" || path.starts_with("/zookeeper/") {
-            return Err(format!(
-                "`{path}` is under /zookeeper, which ZooKeeper reserves"
-            ));
-        }
+        not_reserved(path)?;
         Ok(LockPath(path.to_owned()))
     }
 }
@@ -161,6 +157,15 @@ fn validate_znode_path(path: &str) -> Result<(), String> {
     Ok(())
 }
 
+fn not_reserved(path: &str) -> Result<(), String> {
+    match path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        true => Err(format!(
+            "`{path}` is under /zookeeper, which ZooKeeper reserves"
+        )),
+        false => Ok(()),
+    }
+}
+
 /// ZooKeeper checks UTF-16 code units: U+D800-U+F8FF (surrogates, which
 /// cannot occur in a Rust string, and private use) and U+FFF0-U+FFFF are
 /// refused, and so is every character outside the Basic Multilingual Plane
@@ -191,33 +196,24 @@ impl FromStr for HostList {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (hosts, chroot) = match text.find('/') {
-            Some(i) => (&text[..i], Some(&text[i..])),
-            None => (text, None),
-        };
+        let (hosts, chroot) = text.split_at(text.find('/').unwrap_or(text.len()));
         let chroot = match chroot {
-            None | Some("/") => None,
-            Some(path) => {
-                validate_znode_path(path).map_err(|err| format!("bad chroot: {err}"))?;
-                if path == "/zookeeper" || path.starts_with("/zookeeper/") {
-                    return Err(format!(
-                        "bad chroot: `{path}` is under /zookeeper, which ZooKeeper reserves"
-                    ));
-                }
+            "" | "/" => None,
+            path => {
+                validate_znode_path(path)
+                    .and_then(|()| not_reserved(path))
+                    .map_err(|err| format!("bad chroot: {err}"))?;
                 Some(path.to_owned())
             }
         };
         if hosts.trim().is_empty() {
             return Err("no host given; expected host:port[,host:port...][/chroot]".into());
         }
-        let mut normalized = Vec::new();
-        for host in hosts.split(',') {
-            normalized.push(normalize_host(host.trim())?);
-        }
-        let mut connect_string = normalized.join(",");
-        if let Some(chroot) = &chroot {
-            connect_string.push_str(chroot);
-        }
+        let hosts: Vec<String> = hosts
+            .split(',')
+            .map(|host| normalize_host(host.trim()))
+            .collect::<Result<_, _>>()?;
+        let connect_string = hosts.join(",") + chroot.as_deref().unwrap_or("");
         Ok(HostList {
             connect_string,
             chroot,
@@ -231,14 +227,10 @@ fn normalize_host(host: &str) -> Result<String, String> {
         let (v6, after) = rest
             .split_once(']')
             .ok_or_else(|| format!("`{host}`: unclosed ["))?;
-        let port = match after {
-            "" => None,
-            _ => Some(
-                after
-                    .strip_prefix(':')
-                    .ok_or_else(|| format!("`{host}`: expected :port after ]"))?,
-            ),
-        };
+        let port = (!after.is_empty())
+            .then(|| after.strip_prefix(':'))
+            .map(|port| port.ok_or_else(|| format!("`{host}`: expected :port after ]")))
+            .transpose()?;
         (format!("[{v6}]"), port)
     } else {
         match host.rsplit_once(':') {
