@@ -1,8 +1,5 @@
-//! The lock recipe (docs/design.md, "The lock recipe"): [`acquire`] is where
-//! a lock of any kind is taken, by the lock loop of `queue.rs` or the
-//! semaphore of `semaphore.rs`, both over the pure `recipe.rs`. Also the
-//! lease that decides a held lock is lost, the holder data stored in our
-//! nodes, what `status` reads, and the run record of `--once-per`.
+//! The lock recipe (docs/design.md, "The lock recipe"); ARCHITECTURE.md
+//! maps its modules.
 
 pub mod directory;
 pub mod holder;
@@ -27,12 +24,13 @@ pub async fn acquire(
     owned: &mut Vec<Node>,
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
-    match request.kind {
-        LockKind::Exclusive => take_turn(request, request.dir, LOCK, owned, observer).await,
-        LockKind::Read => take_turn(request, request.dir, READ, owned, observer).await,
-        LockKind::Write => take_turn(request, request.dir, WRITE, owned, observer).await,
+    let marker = match request.kind {
+        LockKind::Exclusive => LOCK,
+        LockKind::Read => READ,
+        LockKind::Write => WRITE,
         LockKind::Semaphore(limit) => {
-            semaphore::acquire_permit(request, limit, owned, observer).await
+            return semaphore::acquire_permit(request, limit, owned, observer).await;
         }
-    }
+    };
+    take_turn(request, request.dir, marker, owned, observer).await
 }

@@ -1,6 +1,5 @@
-//! Semaphores of N holders, Curator's `InterProcessSemaphoreV2` layout:
-//! a gate lock in `PATH/locks`, leases in `PATH/leases`, N as the data of
-//! `PATH`; and keeping plain locks and semaphores off each other's paths.
+//! Semaphores of N holders in Curator's `InterProcessSemaphoreV2` layout,
+//! and keeping plain locks and semaphores off each other's paths.
 
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
@@ -11,12 +10,9 @@ use crate::lock::queue::{Acquired, Observer, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
 
-/// A permit of the semaphore at `request.dir` (Curator's
-/// `InterProcessSemaphoreV2` recipe): take the gate (an exclusive lock on
-/// `dir/locks`), create our lease in `dir/leases`, and while holding the
-/// gate, wait until at most `limit` leases exist; then release the gate.
-/// Only the gate holder watches the pool, so a release wakes one process.
-/// Without waiting, the gate is queued for too: see [`gate_without_waiting`].
+/// A permit of the semaphore at `request.dir` (docs/design.md,
+/// "Semaphores"): take the gate, create our lease and, holding the gate,
+/// wait until at most `limit` leases exist; then release the gate.
 pub async fn acquire_permit(
     request: &Request<'_>,
     limit: u32,
@@ -70,43 +66,21 @@ pub async fn acquire_permit(
     // A plain lock taken on this path while its semaphore children were
     // being reaped could not see us; one of the two must see the other, and
     // this look after our own node exists is ours.
-    let children = retrying(|| client.list_children(request.dir))
-        .await
-        .context("listing the semaphore")?;
-    if children
-        .iter()
-        .any(|c| recipe::parse_contender(c).is_some())
-    {
-        bail!(Failure::usage(format!(
-            "{} is in use as a plain lock, not a semaphore",
-            request.dir
-        )));
-    }
+    refuse_plain_lock(client, request.dir).await?;
     Ok(Acquired::Held(lease, None))
 }
 
 /// The gate for a run that does not wait for a permit (`--no-wait`).
 ///
-/// Skipping the gate (create a lease, count, give up if over N) is safe but
-/// makes simultaneous runs see each other's leases and all give up: with N
-/// free permits, none may run. So a no-wait run queues on the gate like any
-/// other and waits only while a permit may still come its way:
-///
-/// - First in the gate queue: the gate is ours; the caller creates the lease
-///   and counts, holding the permit at <= N and giving up otherwise.
-/// - Behind someone, with at least N leases: the pool is full, or is about
-///   to be once the gate holder's lease is admitted. Give up.
-/// - Behind someone, with fewer than N leases: every gate holder from here
-///   to us either passes through (takes a permit or gives up) or blocks on
-///   a full pool. Blocking needs more than N leases, that is, leases created
-///   after our look. So wait for the node ahead to go, or for the leases to
-///   change (a child watch set with our look), whichever comes first, and
-///   look again. The wait ends within the gate holders' round trips, unless
-///   a gate holder ahead stalls (then at most its session timeout).
-///
-/// Only gate holders create leases and a lease counts only if its creator,
-/// holding the gate, saw at most N (Curator's rule too), so waiting and
-/// Curator clients on the same pool still never make more than N holders.
+/// Skipping the gate would let simultaneous runs see each other's leases and
+/// all give up, even with N free permits. So it queues on the gate: first in
+/// line, the gate is ours (the caller counts the leases). Behind someone,
+/// with N or more leases the pool is full: give up. With fewer, a gate
+/// holder ahead can only block on a pool overfilled by leases created after
+/// our look, so wait for the node ahead to go or the leases to change, and
+/// look again (a stalled gate holder ahead: at most its session timeout).
+/// Only gate holders that saw at most N leases keep theirs
+/// (Curator's rule too), so there are never more than N holders.
 async fn gate_without_waiting(
     request: &Request<'_>,
     gate_dir: &str,
@@ -197,17 +171,7 @@ async fn claim_semaphore(
                 "{dir} holds data that is not a semaphore limit"
             )));
         }
-        let children = retrying(|| client.list_children(dir))
-            .await
-            .context(format!("listing {dir}"))?;
-        if children
-            .iter()
-            .any(|c| recipe::parse_contender(c).is_some())
-        {
-            bail!(Failure::usage(format!(
-                "{dir} is in use as a plain lock, not a semaphore"
-            )));
-        }
+        refuse_plain_lock(client, dir).await?;
         // An empty directory (a plain lock's leftover container, or one
         // created before us): claim it, unless someone changed it meanwhile.
         match retrying(|| client.set_data(dir, &wanted, Some(stat.version))).await {
@@ -216,4 +180,20 @@ async fn claim_semaphore(
             Err(err) => return Err(err).context(format!("claiming {dir}")),
         }
     }
+}
+
+/// Refuses `dir` if a plain lock's contenders are among its children.
+async fn refuse_plain_lock(client: &zk::Client, dir: &str) -> Result<()> {
+    let children = retrying(|| client.list_children(dir))
+        .await
+        .with_context(|| format!("listing {dir}"))?;
+    if children
+        .iter()
+        .any(|c| recipe::parse_contender(c).is_some())
+    {
+        bail!(Failure::usage(format!(
+            "{dir} is in use as a plain lock, not a semaphore"
+        )));
+    }
+    Ok(())
 }
