@@ -14,7 +14,7 @@ use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::lock::record::{self, record_path};
-use crate::present::{self, run_text};
+use crate::present;
 use crate::report::{print_stdout, say};
 use crate::session::{self, Session, Settings, retrying};
 
@@ -164,15 +164,10 @@ async fn find_record(options: &Settings, lock: &str) -> Result<Step<Target>> {
         return Ok(Step::End(Exit::NotDeleted));
     };
     let path = record_path(lock);
-    let mut text = format!("{lock}: run record {path}\n");
-    for (what, run) in [
-        ("last run", &record.last_run),
-        ("last success", &record.last_success),
-    ] {
-        if let Some(run) = run {
-            text.push_str(&format!("  {what}: {}\n", run_text(run)));
-        }
-    }
+    let text = format!(
+        "{lock}: run record {path}\n{}",
+        present::runs_text(&record.last_run, &record.last_success)
+    );
     Ok(Step::Go(Target {
         done: format!("deleted {path}"),
         path,
@@ -202,7 +197,13 @@ fn confirmed(target: &Target) -> Result<bool> {
 async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
     let czxid = match target.shown {
         Shown::Node { czxid } => czxid,
-        Shown::Record { version } => return delete(client, &target.path, version).await,
+        Shown::Record { version } => {
+            return match retrying(|| client.delete(&target.path, Some(version))).await {
+                Ok(()) => Ok(true),
+                Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+                Err(err) => Err(err).with_context(|| format!("deleting {}", target.path)),
+            };
+        }
     };
     // The holder's own writes change the version; a few tries outlast them.
     for _ in 0..5 {
@@ -225,14 +226,4 @@ async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
         }
     }
     Ok(false)
-}
-
-/// Deletes `path` if it is still at `version`; false when it is gone or
-/// changed meanwhile.
-async fn delete(client: &zk::Client, path: &str, version: i32) -> Result<bool> {
-    match retrying(|| client.delete(path, Some(version))).await {
-        Ok(()) => Ok(true),
-        Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
-        Err(err) => Err(err).with_context(|| format!("deleting {path}")),
-    }
 }

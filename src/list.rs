@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use crate::cli::ListArgs;
 use crate::exit::Exit;
-use crate::lock::directory::PathKind;
 use crate::lock::holder::escape_controls;
 use crate::lock::inspect;
 use crate::present::{self, human_age};
@@ -42,20 +41,20 @@ pub fn list(args: ListArgs) -> Result<Exit> {
         let now = SystemTime::now();
         let locks: Vec<ListEntry> = tree?
             .into_iter()
-            .map(|(path, view)| ListEntry {
-                kind: present::kind_name(view.kind),
-                limit: match view.kind {
-                    PathKind::Semaphore { limit } => Some(limit),
-                    _ => None,
-                },
-                holders: view.holders.len(),
-                waiting: view.waiting.len(),
-                oldest_held_seconds: view
-                    .holders
-                    .iter()
-                    .map(|h| present::age_seconds(h.since, now))
-                    .reduce(f64::max),
-                path,
+            .map(|(path, view)| {
+                let lock = present::lock_json(&path, &view, now);
+                ListEntry {
+                    kind: lock.kind,
+                    limit: lock.limit,
+                    holders: lock.holders.len(),
+                    waiting: lock.waiting.len(),
+                    oldest_held_seconds: lock
+                        .holders
+                        .iter()
+                        .filter_map(|h| h.held_seconds)
+                        .reduce(f64::max),
+                    path,
+                }
             })
             .collect();
         if args.json {

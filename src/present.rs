@@ -63,7 +63,7 @@ pub struct EntryJson {
     pub data: Option<String>,
 }
 
-pub fn kind_name(kind: PathKind) -> &'static str {
+fn kind_name(kind: PathKind) -> &'static str {
     match kind {
         PathKind::Free => "free",
         PathKind::Exclusive => "exclusive",
@@ -125,7 +125,7 @@ fn foreign_data(data: &[u8]) -> Option<String> {
 }
 
 /// Seconds from a server time to `now`, never negative (clocks differ).
-pub fn age_seconds(millis: i64, now: SystemTime) -> f64 {
+fn age_seconds(millis: i64, now: SystemTime) -> f64 {
     let age = now.duration_since(server_time(millis)).unwrap_or_default();
     age.as_millis() as f64 / 1000.0
 }
@@ -152,22 +152,25 @@ pub fn lock_text(json: &LockJson) -> String {
     for entry in json.holders.iter().chain(&json.waiting) {
         out.push_str(&entry_text(entry));
     }
-    for (what, run) in [
-        ("last run", &json.last_run),
-        ("last success", &json.last_success),
-    ] {
-        if let Some(run) = run {
-            out.push_str(&format!("  {what}: {}\n", run_text(run)));
-        }
-    }
+    out.push_str(&runs_text(&json.last_run, &json.last_success));
     if let Some(problem) = &json.unprotected {
         out.push_str(&format!("  warning: {}\n", escape_controls(problem)));
     }
     out
 }
 
+/// The lines of a run record, as `status` and `break --record` show it.
+pub fn runs_text(last_run: &Option<RunRecord>, last_success: &Option<RunRecord>) -> String {
+    let runs = [("last run", last_run), ("last success", last_success)];
+    let lines = runs.into_iter().filter_map(|(what, run)| {
+        let run = run.as_ref()?;
+        Some(format!("  {what}: {}\n", run_text(run)))
+    });
+    lines.collect()
+}
+
 /// `2026-11-23T02:00:00.123Z for 3m 2s on web1 (user deploy), exit 0, token 42`.
-pub fn run_text(run: &RunRecord) -> String {
+fn run_text(run: &RunRecord) -> String {
     let took = Duration::from_secs((run.end_ms - run.start_ms).max(0) as u64 / 1000);
     format!(
         "{} for {} {}, exit {}, token {}",

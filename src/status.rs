@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
 use crate::lock::directory::PathKind;
-use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
+use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::lock::{inspect, nodes, record};
 use crate::present::{self, LockJson};
 use crate::report::print_stdout;
@@ -83,8 +83,8 @@ async fn open_dirs(
     }
     let dirs = [
         path.to_owned(),
-        format!("{path}/{SEMAPHORE_LEASES}"),
-        format!("{path}/{SEMAPHORE_GATE}"),
+        recipe::child(path, SEMAPHORE_LEASES),
+        recipe::child(path, SEMAPHORE_GATE),
     ];
     let asked: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
     let mut open = Vec::new();
