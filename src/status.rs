@@ -4,6 +4,7 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 use serde::Serialize;
+use zookeeper_client as zk;
 
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
@@ -25,36 +26,17 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
         // As `run` does, only when our ACL keeps others from deleting.
         let guarded = !nodes::anyone_may_delete(&settings.acl.to_zk());
         let session = Session::connect(&settings).await?;
-        let mut locks = Vec::new();
-        let mut any_taken = false;
-        for path in &args.paths {
-            let (view, open) = tokio::join!(
-                inspect::read_lock(session.client(), path.as_str()),
-                open_dirs(session.client(), path.as_str(), guarded),
-            );
-            let record = record::read(session.client(), path.as_str()).await;
-            let (view, record) = match (view, record) {
-                (Ok(view), Ok(record)) => (view, record),
-                (Err(err), _) | (_, Err(err)) => {
-                    session.close(&[]).await;
-                    return Err(err);
-                }
-            };
-            any_taken |= !view.is_free();
-            let mut json = present::lock_json(path.as_str(), &view, SystemTime::now());
-            // A plain lock's nodes are in PATH, a semaphore's in its leases and gate.
-            let semaphore = matches!(view.kind, PathKind::Semaphore { .. });
-            json.unprotected = open
-                .into_iter()
-                .find(|(dir, _)| (dir == path.as_str()) != semaphore)
-                .map(|(_, problem)| problem);
-            if let Some((record, _)) = record {
-                json.last_run = record.last_run;
-                json.last_success = record.last_success;
+        let locks = async {
+            let mut locks = Vec::new();
+            for path in &args.paths {
+                locks.push(lock_json(session.client(), path.as_str(), guarded).await?);
             }
-            locks.push(json);
+            anyhow::Ok(locks)
         }
+        .await;
         session.close(&[]).await;
+        let locks = locks?;
+        let any_taken = locks.iter().any(|l| l.held || !l.waiting.is_empty());
         if args.json {
             print_stdout(&serde_json::to_string_pretty(&StatusJson { locks })?);
         } else {
@@ -69,15 +51,32 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
     })
 }
 
+/// The lock at `path` with its run record and ACL warning.
+async fn lock_json(client: &zk::Client, path: &str, guarded: bool) -> Result<LockJson> {
+    let (view, open) = tokio::join!(
+        inspect::read_lock(client, path),
+        open_dirs(client, path, guarded),
+    );
+    let view = view?;
+    let mut json = present::lock_json(path, &view, SystemTime::now());
+    // A plain lock's nodes are in PATH, a semaphore's in its leases and gate.
+    let semaphore = matches!(view.kind, PathKind::Semaphore { .. });
+    json.unprotected = open
+        .into_iter()
+        .find(|(dir, _)| (dir == path) != semaphore)
+        .map(|(_, problem)| problem);
+    if let Some((record, _)) = record::read(client, path).await? {
+        json.last_run = record.last_run;
+        json.last_success = record.last_success;
+    }
+    Ok(json)
+}
+
 /// The directories that may hold `path`'s nodes (the path, a semaphore's
 /// leases and gate) whose ACL lets anyone delete them, with why; their ACLs
 /// are asked for all at once, alongside the lock's own reads. Nothing when
 /// not `guarded` or not readable.
-async fn open_dirs(
-    client: &zookeeper_client::Client,
-    path: &str,
-    guarded: bool,
-) -> Vec<(String, String)> {
+async fn open_dirs(client: &zk::Client, path: &str, guarded: bool) -> Vec<(String, String)> {
     if !guarded {
         return Vec::new();
     }

@@ -80,12 +80,6 @@ pub struct LockView {
     pub waiting: Vec<Entry>,
 }
 
-impl LockView {
-    pub fn is_free(&self) -> bool {
-        self.holders.is_empty() && self.waiting.is_empty()
-    }
-}
-
 /// The view of a plain (exclusive or read/write) lock directory.
 pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
     let queue = in_queue_order(children, |name| {
@@ -291,7 +285,6 @@ mod tests {
     fn empty_directory_is_free() {
         let view = plain_lock(vec![node("leftover", 1, 0, "")]);
         assert_eq!(view.kind, PathKind::Free);
-        assert!(view.is_free());
     }
 
     #[test]
