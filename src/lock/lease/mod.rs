@@ -1,20 +1,6 @@
 //! Deciding that a held lock is lost (docs/design.md, "Session and lease
-//! rules"); the rule's arithmetic is in `policy.rs`.
-//!
-//! Timeline of a disconnection while holding, with T the granted session
-//! timeout, C the connection timeout and K `--kill-after`:
-//!
-//! ```text
-//!  last reply   disconnection noticed       lease deadline: TERM   KILL   earliest expiry
-//!      |<-- at most C -->|                        |<----- K ----->|<-m->|
-//!      |<---------------------------------- T ------------------------->|
-//! ```
-//!
-//! The library notices a silent server only after C without a reply, so the
-//! last reply is at least C before the notice. The ensemble can expire the
-//! session T after it last heard from us, and then another waiter takes the
-//! lock. So the command must be dead by then: TERM at the deadline, KILL K
-//! later, with a margin m for timer granularity and reaping.
+//! rules", which draws the timeline of a disconnection); the rule's
+//! arithmetic is in `policy.rs`.
 
 mod policy;
 
@@ -37,14 +23,8 @@ pub type LossReason = String;
 
 /// When the lease may first read, and watch, a node it has no watch on yet
 /// (one taken without waiting): true, or the sender dropped, means now.
-///
-/// Why wait at all: that read is one request more than the protocol floor's
-/// on every run, and zklock writes the node anyway once the command has run
-/// 20 ms (run/mod.rs); a watch set before that write fires on it and must
-/// be set again. Read after the write, the node is read once and only by
-/// commands that run that long. Until then, a `zklock break` of the node goes
-/// unnoticed (at most those 20 ms); the session's state is watched from the
-/// start.
+/// Reading it only after zklock's acquisition write (docs/design.md,
+/// "Holder data") saves a request and a watch that write would fire.
 pub type WatchFrom = tokio::sync::watch::Receiver<bool>;
 
 /// How to reach our session from a second connection (see [`probe`]).
@@ -55,19 +35,10 @@ pub struct Reattach {
 }
 
 /// Resolves when a lock held through one of `nodes` is lost; never resolves
-/// while all are held. Losing one means: the session expired, was closed or
-/// failed authentication; the node was deleted or belongs to a session other
-/// than `owner`; or the connection stayed down past the lease deadline.
-///
-/// `owner` is our own session for the nodes we created; a nested run that
-/// re-enters an enclosing run's lock watches that run's nodes, owned by its
-/// session, through a session of its own.
-///
-/// A node without a watch from waiting is first read (and watched) once
-/// `unwatched_from` says go, or its sender is gone: see [`WatchFrom`].
-///
-/// With `-v` (`report`), says when the connection is lost, until when the
-/// lock is kept, and when the connection comes back.
+/// while all are held. `owner` is the session the nodes must belong to: ours,
+/// or, for a nested run re-entering an enclosing run's lock, that run's.
+/// Nodes without a watch are first read once `unwatched_from` says go. With
+/// `-v` (`report`), says when the connection is lost and comes back.
 #[allow(clippy::too_many_arguments)]
 pub async fn lost(
     client: &zk::Client,
@@ -88,14 +59,18 @@ pub async fn lost(
         lost_at = Some(Instant::now());
         say_lost(report, policy);
     }
-    let mut node_check = Box::pin(any_node_lost(
-        client,
-        nodes,
-        watches,
-        unwatched_from.clone(),
-        owner,
-        policy.poll_nodes,
-    ));
+    let check_nodes = |watches| {
+        let from = unwatched_from.clone();
+        Box::pin(any_node_lost(
+            client,
+            nodes,
+            watches,
+            from,
+            owner,
+            policy.poll_nodes,
+        ))
+    };
+    let mut node_check = check_nodes(watches);
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
@@ -116,14 +91,7 @@ pub async fn lost(
                     deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
-                    node_check = Box::pin(any_node_lost(
-                        client,
-                        nodes,
-                        Vec::new(),
-                        unwatched_from.clone(),
-                        owner,
-                        policy.poll_nodes,
-                    ));
+                    node_check = check_nodes(Vec::new());
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
                     if policy.on_disconnect == OnDisconnect::Kill {
@@ -184,15 +152,10 @@ enum Probe {
 }
 
 /// While the client is disconnected, attaches our session from a second,
-/// short-lived connection and checks that our nodes are still `owner`'s.
-///
-/// The client library backs off exponentially between reconnect attempts
-/// (0.1 s, 0.2 s, ... 3.2 s, 6.4 s), so after an outage of a few seconds it
-/// may not try again before the lease deadline, and a lock the session would
-/// have kept is given up. A successful attach proves the session alive at
-/// that moment and restarts its timeout on the server, so the deadline moves
-/// on; the library's own client reattaches the same session later. The probe
-/// is detached: dropping it must not close the session.
+/// short-lived connection and checks that our nodes are still `owner`'s:
+/// the library's reconnect back-off could outlast the deadline, and a
+/// successful attach proves the session alive and restarts its timeout.
+/// The probe is detached: dropping it must not close the session.
 async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner: i64) -> Probe {
     let connector = reattach
         .settings

@@ -21,10 +21,8 @@ pub struct LeasePolicy {
     pub connection_timeout: Duration,
     pub kill_after: Duration,
     pub on_disconnect: OnDisconnect,
-    /// Look at our nodes every so often instead of watching them. With SASL,
-    /// zookeeper-client 0.11.2 re-registers watches on a new connection
-    /// before SASL has finished, and a server enforcing authentication then
-    /// fails the session (AuthFailed): a held lock must keep no watch.
+    /// Look at our nodes every so often instead of watching them (with SASL:
+    /// docs/design.md, "Session and lease rules").
     pub poll_nodes: Option<Duration>,
 }
 
@@ -44,9 +42,9 @@ impl LeasePolicy {
         }
     }
 
-    /// The most `--kill-after` may be: a noticed disconnection must leave
-    /// room for K and the margin before the earliest expiry, and (in lease
-    /// mode) one connection timeout to reconnect in. Values must stay below it.
+    /// The bound `--kill-after` must stay below: room for K and the margin
+    /// before the earliest expiry, and (with `reconnect`, in lease mode) one
+    /// connection timeout to reconnect in.
     fn kill_after_budget(&self, reconnect: bool) -> Duration {
         let needed = match (self.on_disconnect, reconnect) {
             (OnDisconnect::Lease, true) => self.connection_timeout,
@@ -56,10 +54,7 @@ impl LeasePolicy {
             .saturating_sub(self.connection_timeout + self.margin() + needed)
     }
 
-    /// Refuses settings under which the command could outlive the session:
-    /// `--kill-after` must fit between a noticed disconnection and the
-    /// earliest expiry, leaving (in lease mode) one connection timeout to
-    /// reconnect in.
+    /// Refuses settings under which the command could outlive the session.
     pub fn check(&self) -> Result<(), String> {
         let budget = self.kill_after_budget(true);
         if self.kill_after < budget {
@@ -69,19 +64,16 @@ impl LeasePolicy {
             "--kill-after {} leaves no room in a {} session: a lost lock could not be \
              given up before the session expires; use --kill-after below {} or a longer \
              --session-timeout",
-            fmt(self.kill_after),
-            fmt(self.session_timeout),
-            fmt(budget),
+            human_ms(self.kill_after),
+            human_ms(self.session_timeout),
+            human_ms(budget),
         ))
     }
 
     /// This policy with the `--kill-after` an unset option takes: the
     /// largest value below the budget, in whole 10 ms, at most
-    /// [`DEFAULT_KILL_AFTER`]. A session so short that even that budget is
-    /// empty (about 2 s and less, lease mode) gives up the reconnection
-    /// window instead of the guarantee: K is then half of what is left
-    /// between a noticed disconnection and the expiry, and the lease keeps
-    /// the command for the other half. Errs only when nothing is left at all.
+    /// [`DEFAULT_KILL_AFTER`]; in a session too short for that, half of
+    /// what is left without a reconnection window. Errs when nothing is.
     pub fn with_default_kill_after(self) -> Result<LeasePolicy, String> {
         const STEP: Duration = Duration::from_millis(10);
         let below = |budget: Duration| {
@@ -97,7 +89,7 @@ impl LeasePolicy {
             return Err(format!(
                 "a {} session is too short to stop the command before it expires; \
                  use a longer --session-timeout",
-                fmt(self.session_timeout)
+                human_ms(self.session_timeout)
             ));
         }
         Ok(LeasePolicy { kill_after, ..self })
@@ -106,10 +98,6 @@ impl LeasePolicy {
 
 /// `--kill-after` when not given and the session leaves room for it.
 pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
-
-fn fmt(d: Duration) -> String {
-    human_ms(d).to_string()
-}
 
 #[cfg(test)]
 mod tests {
