@@ -10,11 +10,11 @@ use zookeeper_client as zk;
 
 use crate::cli::BreakArgs;
 use crate::exit::{Exit, Failure, Step};
-use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
+use crate::lock::directory::{Client, EntryKind};
 use crate::lock::inspect;
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::lock::record::{self, record_path};
-use crate::present;
+use crate::present::{self, EntryJson};
 use crate::report::{print_stdout, say};
 use crate::session::{self, Session, Settings, retrying};
 
@@ -89,19 +89,13 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     let session = Session::connect(options).await?;
     let view = inspect::read_lock(session.client(), lock).await;
     session.close(&[]).await;
-    let view = view?;
-    let json = present::lock_json(lock, &view, SystemTime::now());
-    let entries: Vec<(&Entry, &present::EntryJson)> = view
-        .holders
-        .iter()
-        .chain(&view.waiting)
-        .zip(json.holders.iter().chain(&json.waiting))
-        .collect();
+    let json = present::lock_json(lock, &view?, SystemTime::now());
+    let entries: Vec<&EntryJson> = json.holders.iter().chain(&json.waiting).collect();
     // Where an entry's node is: its full path is what `run -v` prints and
     // `--node` accepts, as well as the name alone.
-    let dir = |entry: &Entry| match (view.kind, entry.kind) {
-        (PathKind::Semaphore { .. }, EntryKind::Lease) => recipe::child(lock, SEMAPHORE_LEASES),
-        (PathKind::Semaphore { .. }, _) => recipe::child(lock, SEMAPHORE_GATE),
+    let dir = |entry: &EntryJson| match (json.limit, entry.kind) {
+        (Some(_), EntryKind::Lease) => recipe::child(lock, SEMAPHORE_LEASES),
+        (Some(_), _) => recipe::child(lock, SEMAPHORE_GATE),
         _ => lock.to_owned(),
     };
     if let Some(name) = name.filter(|n| n.contains('/')) {
@@ -114,8 +108,8 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     let chosen = match name {
         Some(name) => entries
             .iter()
-            .position(|(e, _)| e.node.name == name || recipe::child(&dir(e), &e.node.name) == name),
-        None => match view.holders.len() {
+            .position(|e| e.node == name || recipe::child(&dir(e), &e.node) == name),
+        None => match json.holders.len() {
             0 => None,
             1 => Some(0),
             n => {
@@ -125,7 +119,7 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
             }
         },
     };
-    let Some((at, (entry, shown))) = chosen.map(|at| (at, entries[at])) else {
+    let Some((at, entry)) = chosen.map(|at| (at, entries[at])) else {
         match name {
             Some(name) => say(format_args!("{lock} has no node {name}; nothing deleted")),
             None => say(format_args!("{lock} is free; nothing deleted")),
@@ -134,10 +128,10 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     };
     let header = present::lock_text(&json);
     let header = header.lines().next().unwrap_or_default();
-    let path = recipe::child(&dir(entry), &entry.node.name);
+    let path = recipe::child(&dir(entry), &entry.node);
     // A holder's zklock stops its command (76); a zklock waiter whose node
     // disappears queues again, so deleting it only sends it to the back.
-    let done = match (at < view.holders.len(), entry.client) {
+    let done = match (at < json.holders.len(), entry.client) {
         (true, _) => format!("deleted {path}"),
         (false, Client::Zklock) => format!(
             "deleted waiter node {path}; that zklock run queues again at the end of the queue"
@@ -147,9 +141,9 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     Ok(Step::Go(Target {
         path,
         shown: Shown::Node {
-            czxid: entry.node.stat.czxid,
+            czxid: entry.fencing_token,
         },
-        text: format!("{header}\n{}", present::entry_text(shown)),
+        text: format!("{header}\n{}", present::entry_text(entry)),
         done,
     }))
 }

@@ -261,21 +261,6 @@ mod tests {
         }
     }
 
-    /// Sequence suffixes sorted as Curator and kazoo sort them (Java's
-    /// `String.compareTo`, Python's `sorted` of the suffix strings).
-    #[test]
-    fn order_is_the_suffix_strings_order() {
-        assert_eq!(seq_order("0000000001", "0000000002"), Ordering::Less);
-        assert_eq!(seq_order("0000000007", "0000000007"), Ordering::Equal);
-        // After the wrap the counter's negative values sort first...
-        assert_eq!(seq_order("-2147483648", "2147483647"), Ordering::Less);
-        assert_eq!(seq_order("-000000001", "0000000000"), Ordering::Less);
-        // ...and among themselves as strings, not as numbers.
-        assert_eq!(seq_order("-000000001", "-2147483648"), Ordering::Less);
-        assert_eq!(seq_order("-2147483647", "-2147483648"), Ordering::Less);
-        assert_eq!(seq_order("-100000000", "-1000000000"), Ordering::Less);
-    }
-
     #[test]
     fn exclusive_queue() {
         let children = names(&[
