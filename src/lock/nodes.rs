@@ -2,6 +2,8 @@
 //! ancestors as containers under an open ACL, a create whose reply was lost recovered by
 //! uuid and owner), and what their errors mean to the user.
 
+use std::future::Future;
+
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
@@ -33,25 +35,46 @@ impl Node {
 
 /// Creates our EPHEMERAL_SEQUENTIAL node `dir/_c_<uuid><marker><seq>` with
 /// create2 (for the czxid), creating missing ancestors, and recovering a
-/// create whose reply was lost.
+/// create whose reply was lost. With `list`, also the children of `dir` as
+/// the server saw them right after our create, when that listing came back.
+///
+/// Each attempt is one burst, one round trip: ZooKeeper serves a session's
+/// requests in order, so the ancestors' creates (only once a create said the
+/// directory is missing), our create, the directory's ACL (see below) and
+/// the listing are all sent before any answer is awaited. Each answer is
+/// then handled as the same request sent alone would be.
 pub async fn create_node(
     client: &zk::Client,
     dir: &str,
     marker: &str,
     data: &[u8],
     acls: &[zk::Acl],
-) -> Result<Node> {
+    list: bool,
+) -> Result<(Node, Option<Vec<String>>)> {
     let prefix = recipe::node_prefix(marker, &uuid::Uuid::new_v4().to_string());
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(acls));
-    let requested = format!("{dir}/{prefix}");
+    let requested = recipe::child(dir, &prefix);
     // Our ACL keeps others from deleting our node only if the directory's
-    // does too (ZooKeeper checks DELETE on the parent). Its ACL is asked for
-    // with the create, in the same round trip.
+    // does too (ZooKeeper checks DELETE on the parent).
     let guarded = !anyone_may_delete(acls);
     let mut losses = Losses::default();
+    let mut missing_dirs = 0;
+    let mut containers = true;
     loop {
+        let ancestors =
+            (missing_dirs > 0).then(|| send_ancestors(client, dir, &dir_mode(acls, containers)));
+        let created = client.create(&requested, data, &options);
         let dir_acl = guarded.then(|| client.get_acl(dir));
-        match client.create(&requested, data, &options).await {
+        let children = list.then(|| client.list_children(dir));
+        if let Some(ancestors) = ancestors {
+            match ancestors.await {
+                Ok(()) => {}
+                // A server without containers: persistent directories.
+                Err(None) => containers = false,
+                Err(Some(err)) => return Err(err),
+            }
+        }
+        match created.await {
             Ok((stat, seq)) => {
                 let node = Node {
                     path: format!("{requested}{seq}"),
@@ -60,10 +83,21 @@ pub async fn create_node(
                 if let Some(dir_acl) = dir_acl {
                     refuse_open_dir(client, dir, dir_acl.await, &node).await?;
                 }
-                return Ok(node);
+                // A listing that failed is made again by the caller.
+                let children = match children {
+                    Some(children) => children.await.ok(),
+                    None => None,
+                };
+                return Ok((node, children));
             }
-            // The directory is missing, or a container was reaped under us.
-            Err(zk::Error::NoNode) => create_ancestors(client, dir, acls).await?,
+            // The directory is missing, or a container was reaped under us:
+            // the next burst creates the ancestors first.
+            Err(zk::Error::NoNode) => {
+                missing_dirs += 1;
+                if missing_dirs > ANCESTOR_ATTEMPTS {
+                    bail!("cannot create {dir}: its parents keep disappearing");
+                }
+            }
             Err(err) if is_connection_loss(&err) => {
                 losses
                     .lost()
@@ -72,7 +106,7 @@ pub async fn create_node(
                     if guarded {
                         refuse_open_dir(client, dir, Err(zk::Error::ConnectionLoss), &node).await?;
                     }
-                    return Ok(node);
+                    return Ok((node, None));
                 }
             }
             Err(err) => {
@@ -81,6 +115,75 @@ pub async fn create_node(
             }
         }
     }
+}
+
+/// How often the ancestors are created again when an empty container is
+/// reaped between our creating it and creating its child.
+const ANCESTOR_ATTEMPTS: u32 = 10;
+
+/// Sends the creates of `dir` and its ancestors, top down, all at once (a
+/// node that exists is answered NodeExists, which is fine); the future
+/// awaits their answers. Err(None): the server has no container nodes.
+/// A NoNode answer below the top means an upper directory was reaped
+/// meanwhile, and a connection loss leaves the outcome open: either way the
+/// create sent after these says what happened.
+fn send_ancestors<'a>(
+    client: &'a zk::Client,
+    dir: &'a str,
+    mode: &zk::CreateOptions<'_>,
+) -> impl Future<Output = Result<(), Option<anyhow::Error>>> + use<'a> {
+    let ancestors = ancestors(dir);
+    let sent: Vec<_> = ancestors
+        .iter()
+        .map(|ancestor| client.create(ancestor, &[], mode))
+        .collect();
+    async move {
+        let answers = futures::future::join_all(sent).await;
+        for (ancestor, answer) in ancestors.iter().zip(answers) {
+            match answer {
+                Ok(_) | Err(zk::Error::NodeExists) => {}
+                Err(zk::Error::Unimplemented) => return Err(None),
+                Err(zk::Error::NoNode) if ancestor == &ancestors[0] => {
+                    return Err(Some(
+                        anyhow::Error::new(MissingChroot)
+                            .context(format!("cannot create {ancestor}")),
+                    ));
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(err) if is_connection_loss(&err) => {}
+                Err(err) => {
+                    return Err(Some(
+                        denied(err, parent(ancestor), "CREATE")
+                            .context(format!("creating {ancestor}")),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `dir` and its ancestors, top down.
+fn ancestors(dir: &str) -> Vec<&str> {
+    dir.match_indices('/')
+        .skip(1)
+        .map(|(i, _)| &dir[..i])
+        .chain([dir])
+        .collect()
+}
+
+/// How directories are created: with an open ACL as containers (the server
+/// deletes them once empty again) where the server has them; with any other
+/// ACL as persistent nodes, since a container reaped and created again would
+/// take the ACL of whichever identity came next (with `creator`, shutting the
+/// others out), and would drop an ACL an operator set on it
+/// (docs/security.md, "ACLs").
+fn dir_mode(acls: &[zk::Acl], containers: bool) -> zk::CreateOptions<'_> {
+    let mode = match containers && is_open(acls) {
+        true => zk::CreateMode::Container,
+        false => zk::CreateMode::Persistent,
+    };
+    mode.with_acls(zk::Acls::new(acls))
 }
 
 /// Whether `acls` gives everyone every permission (`--acl open`, the
@@ -169,45 +272,29 @@ async fn find_own_node(client: &zk::Client, dir: &str, prefix: &str) -> Result<O
     Ok(None)
 }
 
-/// Creates a directory node: with an open ACL as a container (the server
-/// deletes it once it is empty again), or as a persistent node on servers
-/// without containers. With any other ACL, as a persistent node: a container
-/// reaped and created again would take the ACL of whichever identity came
-/// next (with `creator`, shutting the others out), and would drop an ACL an
-/// operator set on it; the set-up for several identities (README "ACLs")
-/// must hold every time.
+/// Creates a directory node (see [`dir_mode`]).
 pub async fn create_dir(
     client: &zk::Client,
     path: &str,
     data: &[u8],
     acls: &[zk::Acl],
 ) -> Result<(), zk::Error> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
-    if !is_open(acls) {
-        return retrying(|| client.create(path, data, &persistent))
-            .await
-            .map(drop);
-    }
-    let container = zk::CreateMode::Container.with_acls(zk::Acls::new(acls));
-    match retrying(|| client.create(path, data, &container)).await {
-        Err(zk::Error::Unimplemented) => retrying(|| client.create(path, data, &persistent))
-            .await
-            .map(drop),
+    match retrying(|| client.create(path, data, &dir_mode(acls, true))).await {
+        Err(zk::Error::Unimplemented) => {
+            retrying(|| client.create(path, data, &dir_mode(acls, false)))
+                .await
+                .map(drop)
+        }
         result => result.map(drop),
     }
 }
 
-/// Creates `dir` and its missing ancestors, top down.
+/// Creates `dir` and its missing ancestors, top down, one by one.
 pub async fn create_ancestors(client: &zk::Client, dir: &str, acls: &[zk::Acl]) -> Result<()> {
-    let ancestors: Vec<&str> = dir
-        .match_indices('/')
-        .skip(1)
-        .map(|(i, _)| &dir[..i])
-        .chain([dir])
-        .collect();
+    let ancestors = ancestors(dir);
     // An empty container can be reaped between our creating it and creating
     // its child; starting over a few times outlasts that race.
-    for _attempt in 0..10 {
+    for _attempt in 0..ANCESTOR_ATTEMPTS {
         let mut created = 0;
         for &ancestor in &ancestors {
             match create_dir(client, ancestor, &[], acls).await {

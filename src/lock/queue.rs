@@ -70,15 +70,18 @@ pub async fn take_turn(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let node = enqueue(request, dir, marker, owned, observer).await?;
+    let (node, mut listed) = enqueue(request, dir, marker, owned, observer).await?;
     let me = node.name().to_owned();
     let mut reported_first = String::new();
     let mut own_watch = None;
     'queue: loop {
-        let children = retrying(|| client.list_children(dir))
-            .await
-            .map_err(|err| denied(err, dir, "READ"))
-            .context("listing the lock's queue")?;
+        let children = match listed.take() {
+            Some(children) => children,
+            None => retrying(|| client.list_children(dir))
+                .await
+                .map_err(|err| denied(err, dir, "READ"))
+                .context("listing the lock's queue")?,
+        };
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
         }
@@ -161,18 +164,27 @@ pub async fn take_turn(
 }
 
 /// Creates our `marker` node in `dir` and owns it at once (see
-/// `lock::acquire`).
+/// `lock::acquire`); with the listing of `dir` sent in the same burst, if it
+/// came back.
 pub async fn enqueue(
     request: &Request<'_>,
     dir: &str,
     marker: &str,
     owned: &mut Vec<Node>,
     observer: &mut dyn Observer,
-) -> Result<Node> {
-    let node = create_node(request.client, dir, marker, request.data, request.acls).await?;
+) -> Result<(Node, Option<Vec<String>>)> {
+    let (node, children) = create_node(
+        request.client,
+        dir,
+        marker,
+        request.data,
+        request.acls,
+        true,
+    )
+    .await?;
     observer.queued(&node);
     owned.push(node.clone());
-    Ok(node)
+    Ok((node, children))
 }
 
 /// `existing`, or a new data watch on our node at `path`; None if the node

@@ -33,7 +33,7 @@ pub async fn acquire_permit(
         Acquired::Held(gate, watch) => (gate, watch),
         other => return Ok(other),
     };
-    let lease = create_node(client, &leases, LEASE, request.data, request.acls).await?;
+    let (lease, _) = create_node(client, &leases, LEASE, request.data, request.acls, false).await?;
     owned.push(lease.clone());
     loop {
         let (children, watcher) = match request.wait {
@@ -90,11 +90,14 @@ async fn gate_without_waiting(
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
     let client = request.client;
-    let gate = enqueue(request, gate_dir, LOCK, owned, observer).await?;
+    let (gate, mut listed) = enqueue(request, gate_dir, LOCK, owned, observer).await?;
     loop {
-        let queue = retrying(|| client.list_children(gate_dir))
-            .await
-            .context("listing the semaphore's gate")?;
+        let queue = match listed.take() {
+            Some(queue) => queue,
+            None => retrying(|| client.list_children(gate_dir))
+                .await
+                .context("listing the semaphore's gate")?,
+        };
         let predecessor = match recipe::standing(&queue, gate.name()) {
             Standing::Held => return Ok(Acquired::Held(gate, None)),
             Standing::Missing => return Ok(Acquired::Lost),

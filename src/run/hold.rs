@@ -15,7 +15,7 @@ use crate::command::signals::Signals;
 use crate::exit::Exit;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{Node, NodeWatch};
-use crate::session::Session;
+use crate::session::{Release, Session};
 
 /// How long the command runs before zklock records the acquisition in its
 /// node (see `run_command`); the recorded time is at most this late.
@@ -35,10 +35,10 @@ pub(super) struct HeldLock {
     pub(super) record: Option<once::Pending>,
 }
 
-/// Spawns the command and supervises it while `lock` holds; then deletes
-/// the lock's nodes if they are ours. The exit, and whether the server
-/// confirmed the deletes. On an error before the command ran, nothing is
-/// deleted: the caller cleans up.
+/// Spawns the command and supervises it while `lock` holds; then sends the
+/// deletes of the lock's nodes if they are ours, for the caller to close the
+/// session right behind them (`Session::close_after`). On an error before the
+/// command ran, nothing is deleted: the caller cleans up.
 pub(super) async fn run_command(
     plan: &Plan<'_>,
     signals: &mut Signals,
@@ -47,7 +47,7 @@ pub(super) async fn run_command(
     policy: LeasePolicy,
     env: &[(&'static str, String)],
     prepared: Prepared,
-) -> Result<(Exit, bool)> {
+) -> Result<(Exit, Release)> {
     let child = Child::spawn(prepared, env)?;
     let reattach = lease::Reattach {
         settings: plan.connect.clone(),
@@ -123,18 +123,14 @@ pub(super) async fn run_command(
     if let Some(record) = lock.record {
         record.finish(plan, session.client(), exit).await;
     }
-    // Delete while the lease still watches our nodes: the deletion fires
-    // and so consumes that watch. Dropping the lease first would make the
-    // library send a RemoveWatches request, which the server must serve
-    // before the delete that the next waiter is waiting for.
-    let deleted = if lock.ours {
-        let nodes: Vec<&str> = lock.nodes.iter().map(String::as_str).collect();
-        session.delete(&nodes).await
-    } else {
-        true
+    // Sent while the lease still watches our nodes (see `Session::release`).
+    let nodes: Vec<&str> = match lock.ours {
+        true => lock.nodes.iter().map(String::as_str).collect(),
+        false => Vec::new(),
     };
+    let release = session.release(&nodes);
     keeper.end_with_zklock();
-    Ok((exit, deleted))
+    Ok((exit, release))
 }
 
 /// The contract of docs/design.md, "Given to the command". With several paths, each variable

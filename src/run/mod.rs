@@ -109,14 +109,14 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     };
     let exit = run_command(&plan, &mut signals, &session, lock, policy, &env, prepared).await;
     let timeout = session.timeout();
-    let (exit, deleted) = match exit {
+    let (exit, release) = match exit {
         Ok(done) => done,
         Err(err) => {
             let _ = session.close(&queue::paths(&held)).await;
             return Err(err);
         }
     };
-    session.close(&[]).await;
+    let deleted = session.close_after(release).await;
     if deleted {
         plan.report
             .info(format_args!("released {}", plan.order.join(" ")));

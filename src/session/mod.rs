@@ -14,6 +14,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use futures::FutureExt;
+use futures::future::LocalBoxFuture;
 
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -164,6 +166,15 @@ pub struct Session {
     client: zk::Client,
     states: zk::StateWatcher,
     connection_timeout: Duration,
+    /// For attaching this session from a new connection (see [`Session::close_after`]).
+    settings: Settings,
+}
+
+/// Deletes of our nodes already sent, their answers still to come: the
+/// first half of [`Session::close_after`].
+pub struct Release {
+    nodes: Vec<String>,
+    answers: Vec<LocalBoxFuture<'static, Result<(), zk::Error>>>,
 }
 
 impl Session {
@@ -191,6 +202,7 @@ impl Session {
                         client,
                         states,
                         connection_timeout,
+                        settings: options.clone(),
                     });
                 }
                 Ok(Err(zk::Error::AuthFailed)) => {
@@ -303,29 +315,108 @@ impl Session {
         self.client.session_timeout()
     }
 
-    /// Deletes `nodes` (last first) and ends the session, waiting for the
-    /// server to confirm each step, within bounds. Failing to delete is not
-    /// fatal: closing the session deletes all our ephemerals, and if even
-    /// that cannot reach the server, the nodes die with the session.
+    /// Sends the deletes of `nodes` (last first) now, without waiting for
+    /// the answers: [`Session::close_after`] awaits them. Sent while a lease
+    /// still watches the nodes, a delete fires that watch and so consumes it;
+    /// a watch dropped first would make the library send a RemoveWatches
+    /// request, which the server serves before the delete.
+    pub fn release(&self, nodes: &[&str]) -> Release {
+        Release {
+            nodes: nodes.iter().rev().map(|node| (*node).to_owned()).collect(),
+            answers: nodes
+                .iter()
+                .rev()
+                .map(|node| self.client.delete(node, None).boxed_local())
+                .collect(),
+        }
+    }
+
+    /// Deletes `nodes` and ends the session (see [`Session::close_after`]).
+    pub async fn close(self, nodes: &[&str]) -> bool {
+        let release = self.release(nodes);
+        self.close_after(release).await
+    }
+
+    /// Ends the session right behind the deletes `release` sent, in the same
+    /// round trip (the server serves them in order), then waits for the
+    /// answers, within bounds. A delete whose answer did not come (the
+    /// connection broke) is made again from a new connection to the same
+    /// session, as a delete sent alone would be retried; if the server has
+    /// closed the session meanwhile, it says so, and our nodes went with it.
+    /// Failing even that is not fatal: the nodes die with the session.
     ///
     /// True when the server confirmed that our nodes are gone: it answered
     /// the deletes, or said the session expired. The end of the session is
     /// no such proof: the library also reports Closed when it gives up on a
     /// broken connection by itself, and its state watcher may skip states.
-    pub async fn close(self, nodes: &[&str]) -> bool {
-        let deleted = self.delete(nodes).await;
+    pub async fn close_after(self, release: Release) -> bool {
         let Session {
-            client, mut states, ..
+            client,
+            mut states,
+            connection_timeout,
+            settings,
         } = self;
+        let bound = connection_timeout.max(CLOSE_WAIT);
+        let info = client.session().clone();
         let state = states.peek_state();
-        if state.is_terminated() {
-            return deleted || state == zk::SessionState::Expired;
-        }
+        // Dropping the only handle makes the library send CloseSession.
         drop(client);
-        let closed = async { while !states.changed().await.is_terminated() {} };
-        let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
-        deleted
+        let answers = tokio::time::timeout(bound, futures::future::join_all(release.answers))
+            .await
+            .unwrap_or_default();
+        let unanswered: Vec<&str> = match answers.len() {
+            n if n < release.nodes.len() => release.nodes.iter().map(String::as_str).collect(),
+            _ => release
+                .nodes
+                .iter()
+                .zip(&answers)
+                .filter(|(_, answer)| !is_gone(answer))
+                .map(|(node, _)| node.as_str())
+                .collect(),
+        };
+        let mut confirmed = unanswered.is_empty();
+        if !confirmed && !state.is_terminated() {
+            confirmed = delete_attached(&settings, info, &unanswered, bound).await;
+        }
+        if !state.is_terminated() {
+            let closed = async { while !states.changed().await.is_terminated() {} };
+            let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
+        }
+        confirmed || states.peek_state() == zk::SessionState::Expired
     }
+}
+
+/// Whether a delete's answer says the node is gone: deleted now, by someone
+/// else (an operator, expiry), or with the session.
+fn is_gone(answer: &Result<(), zk::Error>) -> bool {
+    matches!(
+        answer,
+        Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired)
+    )
+}
+
+/// Deletes `nodes` from a new connection to the session `info`, then closes
+/// it; true when the server confirmed them gone (the session already closed
+/// or expired counts).
+async fn delete_attached(
+    settings: &Settings,
+    info: zk::SessionInfo,
+    nodes: &[&str],
+    bound: Duration,
+) -> bool {
+    let attempt = async {
+        let connector = settings.connector().with_session(info);
+        let client = match settings.open(connector).await {
+            Ok(client) => client,
+            Err(err) => return is_gone(&Err(err)),
+        };
+        let mut confirmed = true;
+        for node in nodes {
+            confirmed &= is_gone(&retrying(|| client.delete(node, None)).await);
+        }
+        confirmed
+    };
+    tokio::time::timeout(bound, attempt).await.unwrap_or(false)
 }
 
 /// The addresses of `host` ("name:port"), or why there are none.

@@ -514,3 +514,33 @@ fn verbose_says_when_the_connection_is_lost_and_restored() {
     assert!(stderr.contains("; still holding"), "{stderr}");
     holder.finish();
 }
+
+/// Scenario 10: the release is one burst, the deletes and the session's close; the
+/// connection breaks after the delete reached the server and before its answer (or
+/// the close) came through. zklock makes the delete again from a new connection to
+/// the same session, as a delete sent alone would be retried, learns the node is
+/// gone, and ends that session: released at once, not at the session's expiry.
+#[test]
+fn s10_lost_release_reply_is_confirmed_from_a_new_connection() {
+    let server = shared_server();
+    let zk = Inspector::connect(&server.connect_string());
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("s10-cut-after-delete");
+    proxy.cut_after_next_delete(Mode::Pass);
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args(["-v", "--session-timeout", "30s", "--", "true"]);
+    let out = crate::harness::run_bounded(&mut cmd, LONG);
+    out.assert_code(0);
+    assert_eq!(proxy.cuts(), 1, "the delete was not cut: {}", out.stderr);
+    assert!(
+        proxy.connections() >= 2,
+        "no second connection: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("released ") && !out.stderr.contains("could not reach"),
+        "{}",
+        out.stderr
+    );
+    assert_no_nodes_within(&zk, &path, Duration::ZERO);
+}

@@ -96,9 +96,16 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>>
         record: None,
     };
     let prepared = Child::prepare(&plan.argv)?;
-    let exit = run_command(plan, signals, &session, lock, policy, &env, prepared).await;
-    let _ = session.close(&[]).await;
-    exit.map(|(exit, _)| Step::End(exit))
+    match run_command(plan, signals, &session, lock, policy, &env, prepared).await {
+        Ok((exit, release)) => {
+            session.close_after(release).await;
+            Ok(Step::End(exit))
+        }
+        Err(err) => {
+            session.close(&[]).await;
+            Err(err)
+        }
+    }
 }
 
 /// Reads what decides a claim, after a sync: a new session may be served

@@ -7,6 +7,7 @@
 
 const OP_CREATE: i32 = 1;
 const OP_CREATE2: i32 = 15;
+const OP_DELETE: i32 = 2;
 const FLAGS_EPHEMERAL_SEQUENTIAL: i32 = 3;
 // Far above ZooKeeper's default jute.maxbuffer (1 MiB): anything bigger means we lost
 // track of the framing.
@@ -97,6 +98,14 @@ pub(crate) enum Request {
 }
 
 impl Request {
+    /// The xid of a delete.
+    pub(crate) fn delete_xid(&self) -> Option<i32> {
+        match *self {
+            Request::Other { xid, op } if op == OP_DELETE => Some(xid),
+            _ => None,
+        }
+    }
+
     /// The xid of an EPHEMERAL_SEQUENTIAL create (or create2).
     pub(crate) fn ephemeral_sequential_create_xid(&self) -> Option<i32> {
         match *self {

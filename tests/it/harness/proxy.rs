@@ -17,6 +17,14 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 // Upper bound on waiting for the server's reply to the create we cut after.
 const CUT_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The request a one-shot cut follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CutAfter {
+    /// An EPHEMERAL_SEQUENTIAL create.
+    Create,
+    Delete,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Forward both ways.
@@ -49,7 +57,7 @@ struct Shared {
     // Pumps hold the read lock from checking the mode to finishing a write, so once
     // set_mode returns, no byte crosses under the old mode.
     mode: RwLock<Mode>,
-    armed_cut: Mutex<Option<Mode>>,
+    armed_cut: Mutex<Option<(CutAfter, Mode)>>,
     conns: Mutex<Vec<Weak<Conn>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     stopping: AtomicBool,
@@ -117,7 +125,13 @@ impl FaultProxy {
     /// node exists: a request from a closed connection may be dropped unprocessed),
     /// switch the proxy to `then`, close both sides, and count a cut.
     pub fn cut_after_next_create(&self, then: Mode) {
-        *self.shared.armed_cut.lock().expect("cut lock") = Some(then);
+        *self.shared.armed_cut.lock().expect("cut lock") = Some((CutAfter::Create, then));
+    }
+
+    /// The same on the next delete: the delete reaches the server, its answer and
+    /// whatever the client sent after it in the same burst do not.
+    pub fn cut_after_next_delete(&self, then: Mode) {
+        *self.shared.armed_cut.lock().expect("cut lock") = Some((CutAfter::Delete, then));
     }
 
     /// Cuts done so far; when it increments, the node exists and the mode is `then`.
@@ -287,10 +301,11 @@ fn client_to_server(shared: &Shared, conn: &Conn) {
         };
         let chunk = &buf[..n];
         // Parsed whatever the mode, to stay in step with the frame boundaries.
-        let create = frames.push(chunk).into_iter().find_map(|f| {
-            let xid = parse_request(&f.body, f.first)?.ephemeral_sequential_create_xid()?;
-            Some((f.end, xid))
-        });
+        let requests: Vec<_> = frames
+            .push(chunk)
+            .into_iter()
+            .filter_map(|f| Some((f.end, parse_request(&f.body, f.first)?)))
+            .collect();
         let mode = shared.mode.read().expect("mode lock");
         if conn.cut.lock().expect("cut lock").is_some() {
             continue;
@@ -305,13 +320,24 @@ fn client_to_server(shared: &Shared, conn: &Conn) {
             continue;
         };
         let mut forward = chunk;
-        if let Some((end, xid)) = create
-            && let Some(then) = shared.armed_cut.lock().expect("cut lock").take()
+        let mut armed = shared.armed_cut.lock().expect("cut lock");
+        let target = armed.and_then(|(after, _)| {
+            requests.iter().find_map(|(end, request)| {
+                let xid = match after {
+                    CutAfter::Create => request.ephemeral_sequential_create_xid(),
+                    CutAfter::Delete => request.delete_xid(),
+                }?;
+                Some((*end, xid))
+            })
+        });
+        if let Some((end, xid)) = target
+            && let Some((_, then)) = armed.take()
         {
             // Before forwarding, so that the reply cannot slip through to the client.
             *conn.cut.lock().expect("cut lock") = Some((xid, then, Instant::now()));
             forward = &chunk[..end];
         }
+        drop(armed);
         if server.write_all(forward).is_err() {
             drop(mode);
             conn.close(true);
