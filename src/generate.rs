@@ -282,7 +282,8 @@ mod generated_files {
         }
     }
 
-    /// The config file shown in FILES is one zklock reads, every key known.
+    /// The config file shown in FILES is one zklock reads, every key known,
+    /// and the one docs/security.md shows.
     #[test]
     fn the_config_file_reference_parses() {
         let example: String = reference::CONFIG_FILE
@@ -291,6 +292,11 @@ mod generated_files {
             .take_while(|l| l.is_empty() || l.starts_with("  "))
             .map(|l| format!("{}\n", l.trim()))
             .collect();
+        let security = include_str!("../docs/security.md");
+        assert!(
+            security.contains(example.trim()),
+            "docs/security.md's config example differs"
+        );
         let file = crate::session::config::parse(Path::new("reference"), &example).unwrap();
         assert_eq!(file.default.as_deref(), Some("prod"));
         // Every key of an ensemble is shown in one of the two: naming the

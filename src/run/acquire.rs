@@ -104,12 +104,7 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
             Waited::Done(Err(err)) => {
                 let _ = session.close(&queue::paths(&owned)).await;
                 if err.downcast_ref::<queue::MissingChroot>().is_some() {
-                    let hosts = &plan.connect.hosts;
-                    return Err(Failure::usage(format!(
-                        "the chroot {} given with -z does not exist at {}",
-                        hosts.chroot().unwrap_or("/"),
-                        hosts.connect_string()
-                    )));
+                    return Err(plan.connect.missing_chroot());
                 }
                 return Err(err);
             }

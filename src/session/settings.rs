@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
+use crate::exit::Failure;
 use crate::session::acl::AclPolicy;
 use crate::session::config::Loaded;
 use crate::session::connection_timeout_for;
@@ -224,6 +225,15 @@ impl Settings {
             Some(_) => connector.secure_connect(hosts).await,
             None => connector.connect(hosts).await,
         }
+    }
+
+    /// The error for a `-z` chroot that does not exist (a usage error).
+    pub fn missing_chroot(&self) -> anyhow::Error {
+        let chroot = self.hosts.chroot().unwrap_or("/");
+        let hosts = self.hosts.connect_string();
+        Failure::usage(format!(
+            "the chroot {chroot} given with -z does not exist at {hosts}"
+        ))
     }
 
     pub fn uses_kerberos(&self) -> bool {

@@ -1,11 +1,7 @@
-//! TLS: the files given, read and checked once, as one value; and telling
-//! a certificate problem from an unreachable ensemble. The client library
-//! retries a failed TLS handshake like a refused connection and only logs
-//! why, so after a connect attempt has taken too long zklock shakes hands
-//! with one server itself, with the same CA and client identity, and names
-//! what is wrong with the certificates. What can be told from the files
-//! alone (a key that is not the certificate's, files swapped) is refused
-//! before connecting.
+//! TLS: the files given, read and checked once, as one value. The client
+//! library retries a failed handshake like a refused connection and only
+//! logs why, so when connecting takes too long zklock shakes hands with one
+//! server itself ([`diagnose`]) to name what is wrong with the certificates.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -82,14 +78,12 @@ impl Tls {
                     )
                 })?;
                 let key = Secret::new(key);
-                (
-                    Some(Identity {
-                        cert_file,
-                        cert,
-                        key,
-                    }),
-                    options,
-                )
+                let identity = Identity {
+                    cert_file,
+                    cert,
+                    key,
+                };
+                (Some(identity), options)
             }
             (Some(_), None) => {
                 return Err("--tls-cert needs --tls-key (the certificate's private key)".into());
@@ -175,16 +169,10 @@ fn check_identity(
         let file = format!("the TLS key {key_file}");
         return Err(wrong_kind(&file, key_pem, &key_kinds, "a private key"));
     }
-    let chain: Vec<_> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .flatten()
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|_| format!("the TLS key {key_file} is not valid PEM"))?;
     // The same check rustls makes when the handshake needs our identity.
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_client_auth_cert(chain, key);
-    match config {
+    let builder =
+        rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty());
+    match with_identity(builder, cert_pem, key_pem) {
         Ok(_) => Ok(()),
         Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(format!(
             "the TLS key {key_file} is not the key of the certificate {cert_file}"
@@ -302,15 +290,19 @@ fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, TlsError> {
     let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
     match &tls.identity {
         None => Ok(builder.with_no_client_auth()),
-        Some(Identity { cert, key, .. }) => {
-            let chain: Vec<_> = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .flatten()
-                .collect();
-            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
-                .map_err(|_| TlsError::General("bad key".into()))?;
-            builder.with_client_auth_cert(chain, key)
-        }
+        Some(Identity { cert, key, .. }) => with_identity(builder, cert, key.expose()),
     }
+}
+
+fn with_identity(
+    builder: rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<rustls::ClientConfig, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes()).flatten();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|_| TlsError::General("the key is not valid PEM".into()))?;
+    builder.with_client_auth_cert(chain.collect(), key)
 }
 
 /// One clause naming the problem, for "TLS with HOST: ...".
