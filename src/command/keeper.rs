@@ -74,12 +74,10 @@ impl Keeper {
         std::mem::forget(self);
     }
 
-    /// Whether `pid` was the keeper, now reaped by waitpid(-1); its pid is
-    /// free then.
-    pub fn note_reaped(&mut self, pid: Pid) -> bool {
-        let ours = pid == self.pid();
-        self.reaped |= ours;
-        ours
+    /// Notes that `pid` was reaped by waitpid(-1): if it was the keeper, its
+    /// pid is free now.
+    pub fn note_reaped(&mut self, pid: Pid) {
+        self.reaped |= pid == self.pid();
     }
 }
 
