@@ -238,15 +238,10 @@ fn running_members(pgid: Pid, keeper: Pid) -> usize {
         return 1;
     };
     let running = |entry: &std::fs::DirEntry| {
-        let is_pid = entry.file_name().to_str().is_some_and(|n| {
-            n.bytes().all(|b| b.is_ascii_digit()) && n.parse() != Ok(keeper.as_raw_pid())
-        });
-        let stat = if is_pid {
-            std::fs::read_to_string(entry.path().join("stat")).ok()
-        } else {
-            None
-        };
-        stat.is_some_and(|stat| running_in_group(&stat, pgid.as_raw_pid()))
+        let pid = entry.file_name().to_str().and_then(|n| n.parse().ok());
+        pid.is_some_and(|pid: i32| pid != keeper.as_raw_pid())
+            && std::fs::read_to_string(entry.path().join("stat"))
+                .is_ok_and(|stat| running_in_group(&stat, pgid.as_raw_pid()))
     };
     entries.flatten().filter(running).count()
 }

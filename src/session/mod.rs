@@ -308,15 +308,26 @@ impl Session {
     }
 }
 
+/// The servers ("name:port") of a connect string, without its chroot.
+pub fn servers(connect_string: &str) -> impl Iterator<Item = &str> {
+    connect_string
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .split(',')
+}
+
+/// A server's host name: without its port, nor an IPv6 address's brackets.
+pub fn host_name(server: &str) -> &str {
+    let name = server.rsplit_once(':').map_or(server, |(name, _)| name);
+    name.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// The addresses of `host` ("name:port"), or why there are none.
 async fn resolve(host: &str) -> Result<Vec<std::net::SocketAddr>, String> {
-    match tokio::net::lookup_host(host).await {
-        Ok(addrs) => Ok(addrs.collect()),
-        Err(err) => {
-            let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
-            Err(format!("cannot resolve {name} (DNS: {err})"))
-        }
-    }
+    (tokio::net::lookup_host(host).await)
+        .map(Iterator::collect)
+        .map_err(|err| format!("cannot resolve {} (DNS: {err})", host_name(host)))
 }
 
 /// Resolves with a failure if no host of `connect_string` resolves; never
@@ -324,9 +335,8 @@ async fn resolve(host: &str) -> Result<Vec<std::net::SocketAddr>, String> {
 /// name costs no time. A name that does not resolve is a mistake to fix,
 /// not an outage to wait out: the system's resolver has already retried.
 async fn unresolvable(connect_string: &str) -> Failure {
-    let hosts = connect_string.split('/').next().unwrap_or_default();
     let mut causes = Vec::new();
-    for host in hosts.split(',') {
+    for host in servers(connect_string) {
         match resolve(host).await {
             Ok(_) => std::future::pending::<()>().await,
             Err(cause) => causes.push(cause),
@@ -344,10 +354,9 @@ async fn unresolvable(connect_string: &str) -> Failure {
 /// kept; within a second. None if nothing stands out.
 async fn diagnose(connect_string: &str) -> Option<String> {
     const BOUND: Duration = Duration::from_secs(1);
-    let hosts = connect_string.split('/').next().unwrap_or_default();
     let mut causes = Vec::new();
     let probing = async {
-        for host in hosts.split(',') {
+        for host in servers(connect_string) {
             let addrs = match resolve(host).await {
                 Ok(addrs) => addrs,
                 Err(cause) => {

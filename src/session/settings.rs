@@ -244,10 +244,8 @@ impl Settings {
     pub fn kerberos_problem(&self) -> Option<String> {
         #[cfg(feature = "kerberos")]
         if let Some(Sasl::Gssapi { service, host }) = &self.sasl {
-            let first = self.hosts.connect_string().split([',', '/']).next()?;
-            let name = first.rsplit_once(':').map_or(first, |(name, _)| name);
-            let name = name.trim_start_matches('[').trim_end_matches(']');
-            let host = host.as_deref().unwrap_or(name);
+            let first = crate::session::servers(self.hosts.connect_string()).next()?;
+            let host = host.as_deref().unwrap_or(crate::session::host_name(first));
             return crate::session::kerberos_check::diagnose(service, host);
         }
         None

@@ -16,6 +16,7 @@ use zookeeper_client as zk;
 
 use crate::exit::{ErrorKind, Failure};
 use crate::session::secret::Secret;
+use crate::session::{host_name, servers};
 
 /// TLS to the ensemble: the CA that verifies the servers and, for mutual
 /// TLS, our own certificate.
@@ -189,16 +190,12 @@ fn check_identity(
 /// not speak TLS on that port (69); None when the servers cannot be reached
 /// or the handshake succeeds. Blocking, bounded by `timeout` per step.
 pub fn diagnose(tls: &Tls, connect_string: &str, timeout: Duration) -> Option<Failure> {
-    let hosts = connect_string.split('/').next().unwrap_or("");
-    hosts
-        .split(',')
-        .find_map(|host| diagnose_host(tls, host, timeout).ok().flatten())
+    servers(connect_string).find_map(|host| diagnose_host(tls, host, timeout).ok().flatten())
 }
 
 /// Err: the host could not be reached (try the next).
 fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
-    let (name, _port) = host.rsplit_once(':').ok_or(())?;
-    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let name = host_name(host);
     let address = host.to_socket_addrs().map_err(drop)?.next().ok_or(())?;
     let socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
     socket.set_read_timeout(Some(timeout)).map_err(drop)?;

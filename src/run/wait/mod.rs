@@ -43,9 +43,7 @@ impl Observer for WaitReport {
 
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
         self.looked.set(true);
-        if let Some(seen) = first_data {
-            self.first_data = Some(seen.clone());
-        }
+        self.first_data = first_data.cloned().or(self.first_data.take());
         if self.first.as_deref() != Some(first) {
             let holder = first_data
                 .and_then(holder::describe)
@@ -171,20 +169,14 @@ impl WaitDisplay {
     /// `ahead` contenders precede us in `path`, the first being `first`;
     /// `data` is its node if read this time.
     pub fn waiting(&self, path: &str, ahead: usize, first: &str, data: Option<&Seen>) {
-        {
-            let mut queue = self.queue.borrow_mut();
-            let queue = queue.get_or_insert_with(Queue::default);
-            if queue.first != first {
-                queue.holder = None;
-            }
-            queue.path = path.to_owned();
-            queue.ahead = ahead;
-            queue.first = first.to_owned();
-            queue.pool = None;
-            if let Some(seen) = data {
-                queue.holder = Some(seen.clone());
-            }
-        }
+        let known = self.queue.take().filter(|q| q.first == first);
+        *self.queue.borrow_mut() = Some(Queue {
+            path: path.to_owned(),
+            ahead,
+            first: first.to_owned(),
+            holder: data.cloned().or(known.and_then(|q| q.holder)),
+            pool: None,
+        });
         self.redraw();
     }
 
@@ -294,7 +286,7 @@ fn summary(queue: &Queue, now: SystemTime) -> String {
             .first
             .rsplit('/')
             .next()
-            .unwrap_or(&queue.first)
+            .unwrap_or_default()
             .to_owned(),
     };
     format!("{} ahead, held by {held_by}", queue.ahead)
