@@ -222,12 +222,8 @@ mod tests {
         assert!(parse(&["zklock", "run", "-s", "--limit", "2", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--limit", "0", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--", "true"]).is_err());
-        let bare = run(&["zklock", "run", "/l"]);
-        assert!(
-            bare.command_line()
-                .unwrap_err()
-                .starts_with("no command given")
-        );
+        let err = run(&["zklock", "run", "/l"]).command_line().unwrap_err();
+        assert!(err.starts_with("no command given"), "{err}");
         let shell = run(&["zklock", "run", "/l", "-c", "echo hi"]);
         let line = shell.command_line().unwrap();
         assert_eq!(line[1..], ["-c".into(), "echo hi".into()] as [OsString; 2]);

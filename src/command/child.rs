@@ -351,15 +351,14 @@ pub async fn supervise(
                     continue;
                 }
                 if signal == libc::SIGCONT {
-                    let stopped = child.continued();
-                    if stopped.is_some_and(|time| time >= limits.stop_limit) && !lock_lost {
+                    let stopped = child.continued().filter(|time| *time >= limits.stop_limit);
+                    if let Some(stopped) = stopped.filter(|_| !lock_lost) {
                         lock_lost = true;
+                        let stopped = Duration::from_secs(stopped.as_secs());
                         report.error(format_args!(
                             "lock lost: zklock was stopped for {}, longer than its session \
                              can be kept without it; terminating the command",
-                            humantime::format_duration(Duration::from_secs(
-                                stopped.unwrap_or_default().as_secs()
-                            ))
+                            humantime::format_duration(stopped)
                         ));
                         terminate(&child, &mut kill_at);
                     }

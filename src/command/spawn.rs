@@ -55,8 +55,7 @@ pub fn launch(
     let previous = signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     let spawned = command.spawn();
     signals::change_mask(libc::SIG_SETMASK, previous);
-    // The std handle neither waits nor kills when dropped: child.rs reaps
-    // the pid itself (and, as PID 1, every orphan).
+    // The std handle neither waits nor kills when dropped: child.rs reaps.
     Ok(Pid::from_child(&spawned?))
 }
 

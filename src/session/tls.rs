@@ -59,7 +59,8 @@ impl Tls {
                 .map_err(|err| format!("cannot read the TLS {what} {}: {err}", path.display()))
         };
         let ca = read("CA file", &ca_file)?;
-        check_ca(&ca, &ca_file)?;
+        let file = format!("the TLS CA file {}", ca_file.display());
+        holds(&file, &ca, "a certificate", is_cert)?;
         let options = zk::TlsOptions::new().with_pem_ca(&ca).map_err(|_| {
             format!(
                 "the TLS CA file {} holds no PEM certificate",
@@ -100,11 +101,21 @@ impl Tls {
     }
 }
 
-/// The kinds of the PEM sections in `pem`; Err if it is not valid PEM.
-fn sections(pem: &str) -> Result<Vec<SectionKind>, ()> {
-    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
-        .map(|section| section.map(|(kind, _)| kind).map_err(drop))
-        .collect()
+/// Refuses `pem` (read from `file`, "the TLS key FILE" and the like)
+/// unless it holds a section that `is` `wanted`, saying what it holds.
+fn holds(file: &str, pem: &str, wanted: &str, is: fn(&SectionKind) -> bool) -> Result<(), String> {
+    let kinds: Vec<SectionKind> = <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
+        .map(|section| section.map(|(kind, _)| kind))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{file} is not valid PEM"))?;
+    match kinds.iter().any(is) {
+        true => Ok(()),
+        false => Err(wrong_kind(file, pem, &kinds, wanted)),
+    }
+}
+
+fn is_cert(kind: &SectionKind) -> bool {
+    *kind == SectionKind::Certificate
 }
 
 fn is_key(kind: &SectionKind) -> bool {
@@ -114,9 +125,7 @@ fn is_key(kind: &SectionKind) -> bool {
     )
 }
 
-/// Why a PEM file does not hold the `wanted` kind of thing ("a certificate",
-/// "a private key"), saying what it holds instead; `file` is "the TLS key
-/// FILE" and the like.
+/// Why a PEM file does not hold `wanted`, saying what it holds instead.
 fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> String {
     let instead = if kinds.iter().any(is_key) {
         "a private key"
@@ -137,16 +146,6 @@ fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> Str
     format!("{file} holds {instead}, not {wanted}")
 }
 
-/// Refuses a CA file that holds no certificate, saying what it holds.
-fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
-    let file = format!("the TLS CA file {}", ca_file.display());
-    let kinds = sections(ca_pem).map_err(|()| format!("{file} is not valid PEM"))?;
-    if kinds.contains(&SectionKind::Certificate) {
-        return Ok(());
-    }
-    Err(wrong_kind(&file, ca_pem, &kinds, "a certificate"))
-}
-
 /// Refuses a client certificate and key that cannot make a TLS identity:
 /// a file of the wrong kind (the two swapped, a key given twice) or a key
 /// that is not the certificate's. Each would otherwise surface only as
@@ -158,18 +157,14 @@ fn check_identity(
     key_file: &Path,
 ) -> Result<(), String> {
     let (cert_file, key_file) = (cert_file.display(), key_file.display());
-    let cert_kinds = sections(cert_pem)
-        .map_err(|()| format!("the TLS certificate {cert_file} is not valid PEM"))?;
-    if !cert_kinds.contains(&SectionKind::Certificate) {
-        let file = format!("the TLS certificate {cert_file}");
-        return Err(wrong_kind(&file, cert_pem, &cert_kinds, "a certificate"));
-    }
-    let key_kinds =
-        sections(key_pem).map_err(|()| format!("the TLS key {key_file} is not valid PEM"))?;
-    if !key_kinds.iter().any(is_key) {
-        let file = format!("the TLS key {key_file}");
-        return Err(wrong_kind(&file, key_pem, &key_kinds, "a private key"));
-    }
+    let cert = format!("the TLS certificate {cert_file}");
+    holds(&cert, cert_pem, "a certificate", is_cert)?;
+    holds(
+        &format!("the TLS key {key_file}"),
+        key_pem,
+        "a private key",
+        is_key,
+    )?;
     // The same check rustls makes when the handshake needs our identity.
     let builder =
         rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty());

@@ -190,9 +190,8 @@ impl WaitDisplay {
         self.redraw();
     }
 
-    /// Keeps the display current while waiting: the status line's times
-    /// every second, the heartbeat every minute. Never resolves; reads
-    /// nothing from ZooKeeper.
+    /// Keeps the display current while waiting (never resolves; reads
+    /// nothing from ZooKeeper).
     pub async fn tick(&self) {
         let every = match self.mode {
             Mode::Off => return std::future::pending().await,
@@ -259,9 +258,8 @@ impl Drop for WaitDisplay {
     }
 }
 
-/// The heartbeat's interval. ZKLOCK_HEARTBEAT_INTERVAL is a hook for the
-/// integration tests only (a minute is too long to wait for); it is not
-/// documented for users.
+/// The heartbeat's interval; ZKLOCK_HEARTBEAT_INTERVAL, undocumented, is
+/// for the integration tests.
 fn heartbeat_interval() -> Duration {
     std::env::var("ZKLOCK_HEARTBEAT_INTERVAL")
         .ok()

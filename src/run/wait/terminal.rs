@@ -17,15 +17,12 @@ pub(super) fn new_bar() -> ProgressBar {
     bar
 }
 
-/// Columns at the end of the terminal's line the status line leaves free,
-/// for what the terminal echoes there (`^C`). indicatif pads its line to
-/// the width it is given and leaves the cursor after it: given the full
-/// width, the echo wraps onto a line of its own, and erasing the status
-/// line then erases that one instead.
+/// Columns the status line leaves free at the end of the terminal's line
+/// for what the terminal echoes (`^C`): at full width the echo would wrap
+/// onto a line of its own, which erasing the status line would miss.
 const LINE_ROOM: u16 = 4;
 
-/// stderr, a terminal, as indicatif draws on it, but narrower by
-/// [`LINE_ROOM`]. Escape sequences as `console` writes them; a draw is
+/// stderr as indicatif draws on it, narrower by [`LINE_ROOM`]; a draw is
 /// written at once, on flush.
 #[derive(Debug, Default)]
 struct Stderr {
