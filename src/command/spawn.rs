@@ -128,11 +128,8 @@ pub fn resolve(program: &OsStr) -> io::Result<()> {
         }
         denied = true;
     }
-    Err(io::Error::from_raw_os_error(if denied {
-        libc::EACCES
-    } else {
-        libc::ENOENT
-    }))
+    let errno = if denied { libc::EACCES } else { libc::ENOENT };
+    Err(io::Error::from_raw_os_error(errno))
 }
 
 /// The paths execvp would try for `program`: the path itself if it has a

@@ -34,16 +34,12 @@ impl Loaded {
     /// config file's directory.
     pub fn ensemble(&self, name: &str) -> Result<Options, String> {
         let Some(found) = self.file.ensembles.get(name) else {
-            let known: Vec<&str> = self.file.ensembles.keys().map(String::as_str).collect();
-            return Err(format!(
-                "no ensemble `{name}` in {} (it has: {})",
-                self.path.display(),
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ));
+            let mut known: Vec<&str> = self.file.ensembles.keys().map(String::as_str).collect();
+            if known.is_empty() {
+                known.push("none");
+            }
+            let (path, known) = (self.path.display(), known.join(", "));
+            return Err(format!("no ensemble `{name}` in {path} (it has: {known})"));
         };
         let mut ensemble = found.clone();
         let base = self.path.parent().unwrap_or(Path::new("/"));

@@ -179,14 +179,9 @@ impl Session {
                     });
                 }
                 Ok(Err(zk::Error::AuthFailed)) => {
-                    return Err(Failure::new(
-                        ErrorKind::NoPermission,
-                        format!(
-                            "authentication failed at {hosts} ({})",
-                            options.credentials()
-                        ),
-                    )
-                    .into());
+                    let credentials = options.credentials();
+                    let message = format!("authentication failed at {hosts} ({credentials})");
+                    return Err(Failure::new(ErrorKind::NoPermission, message).into());
                 }
                 Ok(Err(zk::Error::NoNode)) => return Err(options.missing_chroot()),
                 Ok(Err(err)) => {

@@ -30,11 +30,12 @@ struct Stderr {
 }
 
 impl Stderr {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        (self.pending.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn put(&self, text: &str) -> std::io::Result<()> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(text.as_bytes());
+        self.pending().extend_from_slice(text.as_bytes());
         Ok(())
     }
 
@@ -86,12 +87,7 @@ impl indicatif::TermLike for Stderr {
 
     fn flush(&self) -> std::io::Result<()> {
         use std::io::Write;
-        let bytes = std::mem::take(
-            &mut *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let bytes = std::mem::take(&mut *self.pending());
         let mut stderr = std::io::stderr().lock();
         stderr.write_all(&bytes)?;
         stderr.flush()
