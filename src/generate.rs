@@ -73,6 +73,17 @@ fn reference_sections(
     subcommand: Option<&str>,
     root: &clap::Command,
 ) -> Vec<(&'static str, String)> {
+    // Below a help text's first line (its heading), as the page has its own.
+    let body = |help: &'static str| help.split_once('\n').map_or(help, |(_, rest)| rest);
+    let mut sections = Vec::new();
+    match subcommand {
+        Some("run") => sections.push(("METRICS", preformatted(reference::METRICS))),
+        Some("status") => sections.push(("JSON OUTPUT", preformatted(reference::STATUS_JSON))),
+        Some("list") => sections.push(("JSON OUTPUT", preformatted(reference::LIST_JSON))),
+        _ => {}
+    }
+    // The subcommands that connect: an exit status table, the environment
+    // and the config file.
     let exit_help = match subcommand {
         None | Some("run") => Some(EXIT_CODE_HELP),
         Some("status") => Some(STATUS_EXIT_HELP),
@@ -80,34 +91,15 @@ fn reference_sections(
         Some("break") => Some(BREAK_EXIT_HELP),
         _ => None,
     };
-    let connects = matches!(subcommand, None | Some("run" | "status" | "list" | "break"));
-    let mut sections = Vec::new();
-    if subcommand == Some("run") {
-        sections.push(("METRICS", preformatted(reference::METRICS)));
-    }
-    match subcommand {
-        Some("status") => sections.push(("JSON OUTPUT", preformatted(reference::STATUS_JSON))),
-        Some("list") => sections.push(("JSON OUTPUT", preformatted(reference::LIST_JSON))),
-        _ => {}
-    }
     if let Some(help) = exit_help {
-        let table = help.split_once('\n').map_or(help, |(_, table)| table);
-        sections.push(("EXIT STATUS", preformatted(table)));
-    }
-    if connects {
-        let mut body = preformatted(&format!(
-            "{}\n{}",
-            environment_read(root),
-            reference::OTHER_VARIABLES
-        ));
+        sections.push(("EXIT STATUS", preformatted(body(help))));
+        let read = format!("{}\n{}", environment_read(root), reference::OTHER_VARIABLES);
+        let mut environment = preformatted(&read);
         if matches!(subcommand, None | Some("run")) {
-            let given = ENVIRONMENT_HELP
-                .split_once('\n')
-                .map_or(ENVIRONMENT_HELP, |(_, rest)| rest);
-            body.push_str(".SS \"Given to the command\"\n");
-            body.push_str(&preformatted(given));
+            environment.push_str(".SS \"Given to the command\"\n");
+            environment.push_str(&preformatted(body(ENVIRONMENT_HELP)));
         }
-        sections.push(("ENVIRONMENT", body));
+        sections.push(("ENVIRONMENT", environment));
         sections.push(("FILES", preformatted(reference::CONFIG_FILE)));
     }
     let see_also: Vec<String> = match subcommand {
@@ -128,18 +120,13 @@ fn reference_sections(
 /// clap model, so that a new one cannot be missed.
 fn environment_read(root: &clap::Command) -> String {
     let mut lines: Vec<String> = Vec::new();
-    let mut seen: Vec<String> = Vec::new();
     let mut root = root.clone();
     root.build();
-    for sub in root.get_subcommands() {
-        for arg in sub.get_arguments() {
-            let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) else {
-                continue;
-            };
-            let env = env.to_string_lossy().into_owned();
-            if !seen.contains(&env) {
-                lines.push(format!("  {env:<25}the same as --{long}"));
-                seen.push(env);
+    for arg in root.get_subcommands().flat_map(|sub| sub.get_arguments()) {
+        if let (Some(env), Some(long)) = (arg.get_env(), arg.get_long()) {
+            let line = format!("  {:<25}the same as --{long}", env.to_string_lossy());
+            if !lines.contains(&line) {
+                lines.push(line);
             }
         }
     }
@@ -236,27 +223,15 @@ mod generated_files {
                 .collect()
         };
         for (name, expected) in [
-            (
-                None,
-                &["EXIT STATUS", "ENVIRONMENT", "FILES", "SEE ALSO"][..],
-            ),
-            (
-                Some("run"),
-                &["METRICS", "EXIT STATUS", "ENVIRONMENT", "FILES"],
-            ),
-            (
-                Some("status"),
-                &["JSON OUTPUT", "EXIT STATUS", "ENVIRONMENT", "FILES"],
-            ),
-            (
-                Some("list"),
-                &["JSON OUTPUT", "EXIT STATUS", "ENVIRONMENT", "FILES"],
-            ),
-            (Some("break"), &["EXIT STATUS", "ENVIRONMENT", "FILES"]),
-            (Some("man"), &["SEE ALSO"]),
+            (None, "EXIT STATUS|ENVIRONMENT|FILES|SEE ALSO"),
+            (Some("run"), "METRICS|EXIT STATUS|ENVIRONMENT|FILES"),
+            (Some("status"), "JSON OUTPUT|EXIT STATUS|ENVIRONMENT|FILES"),
+            (Some("list"), "JSON OUTPUT|EXIT STATUS|ENVIRONMENT|FILES"),
+            (Some("break"), "EXIT STATUS|ENVIRONMENT|FILES"),
+            (Some("man"), "SEE ALSO"),
         ] {
             let found = sections(&page(name));
-            for section in expected {
+            for section in expected.split('|') {
                 assert!(found.iter().any(|s| s == section), "{name:?}: {found:?}");
             }
             assert!(!found.iter().any(|s| s == "EXTRA"), "{name:?}: {found:?}");
@@ -282,7 +257,8 @@ mod generated_files {
         }
     }
 
-    /// The config file shown in FILES is one zklock reads, every key known.
+    /// The config file shown in FILES is one zklock reads, every key known,
+    /// and the one docs/security.md shows.
     #[test]
     fn the_config_file_reference_parses() {
         let example: String = reference::CONFIG_FILE
@@ -291,6 +267,11 @@ mod generated_files {
             .take_while(|l| l.is_empty() || l.starts_with("  "))
             .map(|l| format!("{}\n", l.trim()))
             .collect();
+        let security = include_str!("../docs/security.md");
+        assert!(
+            security.contains(example.trim()),
+            "docs/security.md's config example differs"
+        );
         let file = crate::session::config::parse(Path::new("reference"), &example).unwrap();
         assert_eq!(file.default.as_deref(), Some("prod"));
         // Every key of an ensemble is shown in one of the two: naming the

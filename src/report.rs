@@ -66,9 +66,8 @@ pub fn say(message: std::fmt::Arguments<'_>) {
 /// A command's answer on stdout (status, list), with a final newline;
 /// nothing for empty text. A closed stdout (`| head`) is not an error.
 pub fn print_stdout(text: &str) {
-    use std::io::Write;
     if !text.is_empty() {
-        let _ = writeln!(std::io::stdout(), "{text}");
+        let _ = write_stdout(format!("{text}\n").as_bytes());
     }
 }
 

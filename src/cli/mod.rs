@@ -222,63 +222,35 @@ mod tests {
         assert!(parse(&["zklock", "run", "-s", "--limit", "2", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--limit", "0", "/l", "--", "true"]).is_err());
         assert!(parse(&["zklock", "run", "--", "true"]).is_err());
-        let bare = run(&["zklock", "run", "/l"]);
-        assert!(
-            bare.command_line()
-                .unwrap_err()
-                .starts_with("no command given")
-        );
+        let err = run(&["zklock", "run", "/l"]).command_line().unwrap_err();
+        assert!(err.starts_with("no command given"), "{err}");
         let shell = run(&["zklock", "run", "/l", "-c", "echo hi"]);
         let line = shell.command_line().unwrap();
         assert_eq!(line[1..], ["-c".into(), "echo hi".into()] as [OsString; 2]);
     }
 
     #[test]
-    fn kinds_and_paths() {
-        assert_eq!(
-            run(&["zklock", "run", "/l", "--", "true"]).lock_kind(),
-            LockKind::Exclusive
-        );
-        assert_eq!(
-            run(&["zklock", "run", "-x", "/l", "--", "true"]).lock_kind(),
-            LockKind::Exclusive
-        );
-        assert_eq!(
-            run(&["zklock", "run", "-s", "/l", "--", "true"]).lock_kind(),
-            LockKind::Read
-        );
-        assert_eq!(
-            run(&["zklock", "run", "--write", "/l", "--", "true"]).lock_kind(),
-            LockKind::Write
-        );
-        assert_eq!(
-            run(&["zklock", "run", "--limit", "3", "/l", "--", "true"]).lock_kind(),
-            LockKind::Semaphore(3)
-        );
-        assert_eq!(
-            run(&["zklock", "run", "/b", "/a", "--", "true"]).lock_paths(),
-            Ok(vec!["/b", "/a"])
-        );
-        assert!(
-            run(&["zklock", "run", "/a", "/b", "/a", "--", "true"])
-                .lock_paths()
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn wait_limit_follows_flags() {
-        assert_eq!(
-            run(&["zklock", "run", "/l", "--", "true"]).wait_limit(),
-            None
-        );
-        assert_eq!(
-            run(&["zklock", "run", "-n", "/l", "--", "true"]).wait_limit(),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(
-            run(&["zklock", "run", "-w", "1.5", "/l", "--", "true"]).wait_limit(),
-            Some(Duration::from_millis(1500))
-        );
+    fn kinds_paths_and_wait_limits_follow_flags() {
+        for (flags, kind) in [
+            (&[][..], LockKind::Exclusive),
+            (&["-x"], LockKind::Exclusive),
+            (&["-s"], LockKind::Read),
+            (&["--write"], LockKind::Write),
+            (&["--limit", "3"], LockKind::Semaphore(3)),
+        ] {
+            let args = [&["zklock", "run"], flags, &["/l", "--", "true"]].concat();
+            assert_eq!(run(&args).lock_kind(), kind, "{flags:?}");
+        }
+        for (flags, limit) in [
+            (&[][..], None),
+            (&["-n"], Some(Duration::ZERO)),
+            (&["-w", "1.5"], Some(Duration::from_millis(1500))),
+        ] {
+            let args = [&["zklock", "run"], flags, &["/l", "--", "true"]].concat();
+            assert_eq!(run(&args).wait_limit(), limit, "{flags:?}");
+        }
+        let paths = |args: &[&str]| run(&[&["zklock", "run"], args, &["--", "true"]].concat());
+        assert_eq!(paths(&["/b", "/a"]).lock_paths(), Ok(vec!["/b", "/a"]));
+        assert!(paths(&["/a", "/b", "/a"]).lock_paths().is_err());
     }
 }

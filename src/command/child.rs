@@ -67,15 +67,10 @@ pub struct Child {
 }
 
 impl Child {
-    /// Starts the keeper of the process group `argv` will run in
-    /// (keeper.rs) and prepares what starting `argv` needs, ahead of the
-    /// command: a run that waits for the lock does this before it waits, so
-    /// that it is not on the path from the lock's release to the next
-    /// command's start.
+    /// Starts the keeper of the process group `argv` will run in, before
+    /// waiting for the lock: off the path from release to the next start.
     pub fn prepare(argv: &[OsString]) -> Result<Prepared> {
-        let program = argv
-            .first()
-            .ok_or_else(|| Failure::usage("no command given"))?;
+        let program = program(argv)?;
         let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
             program: program.clone(),
@@ -131,10 +126,8 @@ impl Child {
         }
     }
 
-    /// Whether any process of the group is still running. Zombies do not
-    /// count: they have exited, and an orphaned zombie lingers until init
-    /// reaps it, which some container inits do late or never. Nor does the
-    /// keeper, which stays in the group until zklock ends.
+    /// Whether any process of the group but the keeper is still running
+    /// (zombies have exited: some container inits reap them late or never).
     fn group_alive(&self) -> bool {
         if rustix::process::test_kill_process_group(self.pgid) == Err(rustix::io::Errno::SRCH) {
             return false;
@@ -142,12 +135,9 @@ impl Child {
         running_members(self.pgid, self.keeper.pid()) > 0
     }
 
-    /// Reaps our own child, the command (the keeper's zombie is left to
-    /// init once zklock exits, see keeper.rs); returns the signal that
-    /// stopped the command, if that is what happened to it. As PID 1 (a
-    /// container's init) orphans of the command become our children too
-    /// and must be reaped, or as zombies they would keep the process group
-    /// alive forever.
+    /// Reaps the command; returns the signal that stopped it, if that is
+    /// what happened. As PID 1 (a container's init) it reaps every child:
+    /// orphaned zombies would keep the group alive forever.
     fn reap(&mut self) -> Option<i32> {
         let orphans_are_ours = rustix::process::getpid().is_init();
         let options = WaitOptions::NOHANG | WaitOptions::UNTRACED;
@@ -202,13 +192,10 @@ impl Child {
         if rustix::process::getpid().is_init() {
             return; // an init cannot be stopped
         }
-        // A stop from the terminal (Ctrl-Z, a background read or write)
-        // would have stopped zklock's whole group (its job: a script that
-        // runs zklock, `zklock ... | less`) without zklock in between: stop
-        // that group, with the same signal so that the shell says why
-        // ("Stopped (tty input)"). A group id of 1 or less would address
-        // every process. Any other stop (SIGSTOP, or one we ignore since
-        // our start) stops zklock alone, with SIGSTOP.
+        // A stop from the terminal would have stopped zklock's whole job:
+        // stop that group, with the same signal so that the shell says why
+        // (a group id of 1 would address every process). Any other stop
+        // stops zklock alone, with SIGSTOP.
         let job_control = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
         let group = rustix::process::getpgrp();
         let (signal, whole_group) = match Signal::from_named_raw(signal) {
@@ -251,15 +238,10 @@ fn running_members(pgid: Pid, keeper: Pid) -> usize {
         return 1;
     };
     let running = |entry: &std::fs::DirEntry| {
-        let is_pid = entry.file_name().to_str().is_some_and(|n| {
-            n.bytes().all(|b| b.is_ascii_digit()) && n.parse() != Ok(keeper.as_raw_pid())
-        });
-        let stat = if is_pid {
-            std::fs::read_to_string(entry.path().join("stat")).ok()
-        } else {
-            None
-        };
-        stat.is_some_and(|stat| running_in_group(&stat, pgid.as_raw_pid()))
+        let pid = entry.file_name().to_str().and_then(|n| n.parse().ok());
+        pid.is_some_and(|pid: i32| pid != keeper.as_raw_pid())
+            && std::fs::read_to_string(entry.path().join("stat"))
+                .is_ok_and(|stat| running_in_group(&stat, pgid.as_raw_pid()))
     };
     entries.flatten().filter(running).count()
 }
@@ -281,10 +263,13 @@ fn running_in_group(stat: &str, pgid: libc::pid_t) -> bool {
 /// Fails (127 not found, 126 not executable) if the command could not be
 /// started now; see [`spawn::resolve`].
 pub fn check_runnable(argv: &[OsString]) -> Result<()> {
-    let program = argv
-        .first()
-        .ok_or_else(|| Failure::usage("no command given"))?;
+    let program = program(argv)?;
     spawn::resolve(program).map_err(|err| spawn_error(program, err))
+}
+
+fn program(argv: &[OsString]) -> Result<&OsString> {
+    argv.first()
+        .ok_or_else(|| Failure::usage("no command given"))
 }
 
 fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
@@ -300,40 +285,23 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 
 /// Supervises the command until it and its whole process group are gone.
 ///
-/// Signal policy, implemented here and nowhere else:
+/// Signal policy, implemented here and nowhere else (docs/design.md, "The
+/// command and signals"):
 ///
-/// * INT, TERM, HUP, QUIT, USR1, USR2 and WINCH sent to zklock are forwarded
-///   to the command's process group, so the command's own children get them
-///   too. Synchronous signals (SEGV, BUS, FPE, ILL, ...) concern zklock itself
-///   and are never forwarded.
-/// * A signal ignored when zklock started (`nohup` ignores HUP, a shell
-///   without job control INT and QUIT for `cmd &`) stays ignored, for zklock
-///   (it is never received, so never forwarded) and for the command
-///   (signals.rs). Every other signal starts at its default in the command.
-/// * At a terminal the command's group is the foreground group: Ctrl-C,
-///   Ctrl-\ and window changes reach it from the kernel, once, and zklock,
-///   no longer in the foreground, does not see them (no double delivery).
-/// * Job control: when the command stops (Ctrl-Z's TSTP, TTIN or TTOU of a
-///   background read or write, STOP), zklock takes the terminal back and
-///   stops too: its whole process group (the shell's job) with the same
-///   signal for a stop from the terminal, itself with STOP otherwise. On SIGCONT (`fg`, `bg`) zklock gives the terminal to the
-///   command's group again if its own group has the foreground, and
-///   forwards the SIGCONT. zklock cannot keep its session alive while
-///   stopped: a stop past `stop_limit` (the lease's grace) counts as losing
-///   the lock before the command is continued. In a group without a
-///   job-control shell (orphaned), the kernel does not stop zklock for
-///   TSTP, TTIN or TTOU: it keeps the lock while the command stays stopped.
+/// * INT, TERM, HUP, QUIT, USR1, USR2 and WINCH are forwarded to the group;
+///   synchronous signals (SEGV, BUS, ...) are never forwarded. A signal
+///   ignored when zklock started stays ignored, for zklock and the command.
+/// * At a terminal the group is the foreground group: Ctrl-C reaches it
+///   once, from the kernel, and not through zklock.
+/// * Job control: when the command stops, zklock takes the terminal back
+///   and stops too; on SIGCONT it gives the terminal back (after `fg`) and
+///   forwards the SIGCONT. A stop past `stop_limit` counts as losing the lock.
 /// * A terminating signal (INT, TERM, HUP, QUIT) starts the `--kill-after`
-///   timer; when it fires, or when a second terminating signal arrives, the
-///   group gets SIGKILL.
-/// * Losing the lock sends TERM (and CONT, for a stopped command) to the
-///   group and starts the same timer; so does `max_runtime` running out
-///   (then the result is [`Exit::TimedOut`]).
-/// * SIGCHLD: only our own child is reaped. After it exits, zklock keeps
-///   forwarding and waits until the group is empty (`-v` says so): the
-///   lock covers every process the command left behind, as flock(1) covers
-///   every holder of its descriptor.
-/// * The group is never signalled once it is empty.
+///   timer; when it fires, or at a second one, the group gets SIGKILL.
+/// * Losing the lock, or `max_runtime` running out ([`Exit::TimedOut`]),
+///   sends TERM and CONT to the group and starts the same timer.
+/// * Only our own child is reaped; after it exits, zklock waits until the
+///   group is empty, and never signals the group once it is.
 ///
 /// Returns the command's status, or [`Exit::LockLost`] if the lock was lost,
 /// and the group's keeper, for [`Keeper::end_with_zklock`] once the lock is
@@ -383,15 +351,14 @@ pub async fn supervise(
                     continue;
                 }
                 if signal == libc::SIGCONT {
-                    let stopped = child.continued();
-                    if stopped.is_some_and(|time| time >= limits.stop_limit) && !lock_lost {
+                    let stopped = child.continued().filter(|time| *time >= limits.stop_limit);
+                    if let Some(stopped) = stopped.filter(|_| !lock_lost) {
                         lock_lost = true;
+                        let stopped = Duration::from_secs(stopped.as_secs());
                         report.error(format_args!(
                             "lock lost: zklock was stopped for {}, longer than its session \
                              can be kept without it; terminating the command",
-                            humantime::format_duration(Duration::from_secs(
-                                stopped.unwrap_or_default().as_secs()
-                            ))
+                            humantime::format_duration(stopped)
                         ));
                         terminate(&child, &mut kill_at);
                     }

@@ -1,31 +1,8 @@
-//! The keeper: a small process that SIGKILLs the command's whole process
-//! group when zklock ends, however it ends.
-//!
-//! Why: the parent-death signal (spawn.rs) reaches the command's first
-//! process only. Without the keeper, the processes it started (pipelines,
-//! `sh -c 'a; b'`, background jobs) would run on after zklock was killed,
-//! beside the next holder once the session expired.
-//!
-//! How: zklock runs its own executable (`/proc/self/exe`) in a hidden mode,
-//! as the leader of a new process group G, before it connects (so the start
-//! is off the lock hand-off's path). The command later joins G. The keeper
-//! blocks every signal it can, so neither the signals zklock forwards to G
-//! nor the terminal's (Ctrl-C, Ctrl-Z) touch it; then it reads its stdin, a
-//! pipe whose write end only zklock holds. When zklock exits or dies, the
-//! kernel closes that end, and the keeper kills G, itself included.
-//!
-//! * It stays in G, so a kill of zklock's process group (`timeout -s KILL`,
-//!   a CI runner cancelling a job, `kill -9 -PGID`) does not reach it.
-//! * G's id is the keeper's pid: while the keeper lives (or is zklock's
-//!   unreaped zombie) no other group can have that id, so neither its kill
-//!   nor zklock's can hit a stranger. After a normal end G holds only the
-//!   keeper, and its kill ends just itself.
-//! * It is called `zk-keeper`, which `pkill zklock` and `killall zklock` do
-//!   not match. Killing both zklock and its keeper (by pid) leaves only the
-//!   parent-death signal of the command's first process: nothing is left to
-//!   watch the rest (README).
-//! * Being in G, it makes "is G empty?" a /proc scan that skips it
-//!   (child.rs).
+//! The keeper: zklock's own executable in a hidden mode, leader of the
+//! command's process group G, which SIGKILLs G when zklock ends however it
+//! ends (the parent-death signal reaches the command's first process only).
+//! It blocks every signal and reads a pipe whose write end only zklock
+//! holds: EOF means zklock is gone. See docs/design.md, "The keeper".
 
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -38,7 +15,7 @@ use crate::command::signals;
 /// argv[1] of the keeper's hidden mode. Not an option clap knows: `main`
 /// checks for it before parsing, and nobody types it by accident.
 pub const HIDDEN_MODE: &str = "\u{1}zk-keeper";
-/// The keeper's process name (see the module comment for why not `zklock`).
+/// The keeper's process name, which `pkill zklock` does not match.
 const NAME: &str = "zk-keeper";
 
 /// The keeper of one command's process group.
@@ -91,20 +68,16 @@ impl Keeper {
     }
 
     /// Lets the keeper end when zklock does (its kill then finds G empty
-    /// but for itself): ending it here would put a process's exit beside
-    /// the delete the next waiter waits for.
+    /// but for itself), off the path of the delete the next waiter waits for:
+    /// the write end stays open and the keeper is not killed.
     pub fn end_with_zklock(self) {
-        // The write end stays open until zklock exits, and the keeper is
-        // not killed.
         std::mem::forget(self);
     }
 
-    /// Whether `pid` was the keeper, now reaped by waitpid(-1); its pid is
-    /// free then.
-    pub fn note_reaped(&mut self, pid: Pid) -> bool {
-        let ours = pid == self.pid();
-        self.reaped |= ours;
-        ours
+    /// Notes that `pid` was reaped by waitpid(-1): if it was the keeper, its
+    /// pid is free now.
+    pub fn note_reaped(&mut self, pid: Pid) {
+        self.reaped |= pid == self.pid();
     }
 }
 

@@ -1,10 +1,7 @@
-//! Signal delivery into the async world.
-//!
-//! Handlers are installed before zklock connects, so a signal that arrives at
-//! any point is seen and handled by policy instead of killing zklock with its
-//! node still in ZooKeeper. What each signal means is decided where it is
-//! received: `run/` while connecting and waiting, `child.rs` while the
-//! command runs.
+//! Signal delivery into the async world. Handlers are installed before
+//! zklock connects, so that no signal kills zklock with its node still in
+//! ZooKeeper; what a signal means is decided where it is received: `run/`
+//! while connecting and waiting, `child.rs` while the command runs.
 
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,13 +38,10 @@ pub fn aborts_waiting(signal: i32) -> bool {
     FORWARDED.contains(&signal) && signal != libc::SIGWINCH
 }
 
-/// The standard signals ignored (SIG_IGN) when zklock started, as a
-/// [`set`]: `nohup` ignores HUP, a shell without job control INT and QUIT
-/// for a background job. They stay ignored for zklock (no handler, so never
-/// forwarded) and for the command (spawn.rs leaves them ignored), as with
-/// every well-behaved wrapper. Not SIGPIPE: Rust's runtime ignores it
-/// itself, and the command gets it at its default. Not SIGCHLD: zklock
-/// needs it, and a command with it ignored cannot wait for its children.
+/// The standard signals ignored (SIG_IGN) when zklock started (`nohup`'s
+/// HUP), as a [`set`]: they stay ignored for zklock and for the command.
+/// Not SIGPIPE (Rust's runtime ignores it itself) nor SIGCHLD (zklock needs
+/// it, and a command with it ignored cannot wait for its children).
 static IGNORED_AT_START: AtomicU64 = AtomicU64::new(0);
 
 /// A set of signals as the kernel writes one (and /proc/PID/status shows

@@ -55,8 +55,7 @@ pub fn launch(
     let previous = signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     let spawned = command.spawn();
     signals::change_mask(libc::SIG_SETMASK, previous);
-    // The std handle neither waits nor kills when dropped: child.rs reaps
-    // the pid itself (and, as PID 1, every orphan).
+    // The std handle neither waits nor kills when dropped: child.rs reaps.
     Ok(Pid::from_child(&spawned?))
 }
 
@@ -70,20 +69,18 @@ fn in_child(
     keep_ignored: u64,
     zklock: Pid,
 ) -> io::Result<()> {
-    // Inherited from the parent (see `launch`); again, for the std
-    // versions that empty the mask before this step.
+    // Inherited from the parent (see `launch`); again, for std versions
+    // that empty the mask before this step.
     signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     for signal in 1..=64 {
         if signal != libc::SIGKILL
             && signal != libc::SIGSTOP
             && keep_ignored & signals::set(&[signal]) == 0
         {
-            // glibc's sigaction refuses the two signals it reserves (32 and
-            // 33), yet they can arrive ignored (glibc's own posix_spawn
-            // leaves them so), and exec keeps them ignored. The raw system
-            // call resets all of them; rustix has no stable sigaction. An
-            // all-zero kernel sigaction is SIG_DFL with no flags and an
-            // empty mask, whatever the architecture's field order.
+            // The raw system call, as glibc's sigaction refuses the signals
+            // it reserves (32, 33), which can arrive ignored; rustix has no
+            // stable sigaction. An all-zero kernel sigaction is SIG_DFL with
+            // no flags and an empty mask, whatever the field order.
             let default = [0u64; 4];
             // SAFETY: rt_sigaction reads the 32-byte `default` on our stack
             // and writes nothing (null old action); 8 is the kernel's
@@ -105,9 +102,8 @@ fn in_child(
         let _ = rustix::termios::tcsetpgrp(fd, rustix::process::getpgrp());
     }
     // If zklock dies (even by SIGKILL), the command must not run on without
-    // the lock. This fires when the creating thread exits: zklock starts the
-    // command from its main thread, which lives as long as zklock. It
-    // reaches this process only; the keeper kills the rest of the group.
+    // the lock. This fires when the creating thread exits: zklock's main
+    // thread, which lives as long as zklock. The keeper kills the rest.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
     if rustix::process::getppid() != Some(zklock) {
         return Err(io::Error::from_raw_os_error(libc::ESRCH));
@@ -132,11 +128,8 @@ pub fn resolve(program: &OsStr) -> io::Result<()> {
         }
         denied = true;
     }
-    Err(io::Error::from_raw_os_error(if denied {
-        libc::EACCES
-    } else {
-        libc::ENOENT
-    }))
+    let errno = if denied { libc::EACCES } else { libc::ENOENT };
+    Err(io::Error::from_raw_os_error(errno))
 }
 
 /// The paths execvp would try for `program`: the path itself if it has a

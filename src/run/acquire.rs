@@ -7,7 +7,7 @@ use std::rc::Rc;
 use anyhow::Result;
 use tokio::time::Instant;
 
-use super::give_up::{GivenUp, deadline_after_first_look};
+use super::give_up::{deadline_after_first_look, give_up};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
@@ -63,10 +63,6 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
             // Before the command's output or our last word.
             display.clear();
         }
-        let held_path = observer
-            .current
-            .clone()
-            .unwrap_or_else(|| plan.order.join(" "));
         match waited {
             Waited::Done(Ok(Acquired::Held(..))) => {
                 return Ok(Step::Go(Taken {
@@ -77,41 +73,31 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 }));
             }
             Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
-                let given_up = GivenUp {
-                    held_path: &held_path,
-                    waited: plan.wait,
-                    unreachable_since: unreachable_since.get(),
-                };
-                given_up.end(session, &owned, &observer, report).await;
-                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+                let unreachable_since = unreachable_since.get();
+                let exit = give_up(plan, session, &owned, &observer, unreachable_since).await;
+                return Ok(Step::End(exit));
             }
             Waited::Signal(signal) => {
                 let _ = session.close(&queue::paths(&owned)).await;
                 return Ok(Step::End(Exit::Signal(signal)));
             }
-            Waited::Done(Ok(Acquired::Lost)) => {
+            Waited::Done(result) => {
                 let _ = session.close(&queue::paths(&owned)).await;
-                report.info(format_args!(
-                    "our node vanished while waiting; queueing again in a new session"
-                ));
-            }
-            Waited::Done(Err(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                let _ = session.close(&queue::paths(&owned)).await;
-                report.info(format_args!(
-                    "session lost while waiting ({err:#}); queueing again"
-                ));
-            }
-            Waited::Done(Err(err)) => {
-                let _ = session.close(&queue::paths(&owned)).await;
-                if err.downcast_ref::<queue::MissingChroot>().is_some() {
-                    let hosts = &plan.connect.hosts;
-                    return Err(Failure::usage(format!(
-                        "the chroot {} given with -z does not exist at {}",
-                        hosts.chroot().unwrap_or("/"),
-                        hosts.connect_string()
-                    )));
+                match result {
+                    Err(err) if err.downcast_ref().is_some_and(is_session_lost) => {
+                        report.info(format_args!(
+                            "session lost while waiting ({err:#}); queueing again"
+                        ));
+                    }
+                    Err(err) if err.downcast_ref::<queue::MissingChroot>().is_some() => {
+                        return Err(plan.connect.missing_chroot());
+                    }
+                    Err(err) => return Err(err),
+                    // Acquired::Lost: Held and Busy are taken above.
+                    Ok(_) => report.info(format_args!(
+                        "our node vanished while waiting; queueing again in a new session"
+                    )),
                 }
-                return Err(err);
             }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -215,7 +201,7 @@ enum Waited {
 pub(super) async fn abort_signal(signals: &mut Signals) -> i32 {
     loop {
         let signal = signals.recv().await;
-        if signal != libc::SIGCHLD && aborts_waiting(signal) {
+        if aborts_waiting(signal) {
             return signal;
         }
     }

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::plan::Plan;
 use super::wait::WaitReport;
+use crate::exit::Exit;
 use crate::lock::queue::{self, Node};
-use crate::report::Report;
 use crate::session::Session;
 use crate::values::human_ms;
 
@@ -34,50 +35,40 @@ pub async fn deadline_after_first_look(
     }
 }
 
-/// A run that did not get the lock.
-pub struct GivenUp<'a> {
-    /// The path that was held (of several, the one we stopped at).
-    pub held_path: &'a str,
-    /// False with --no-wait.
-    pub waited: bool,
-    /// Set when the deadline came while ZooKeeper was unreachable.
-    pub unreachable_since: Option<Instant>,
-}
-
-impl GivenUp<'_> {
-    /// Deletes our nodes and ends the session within a bound, and says
-    /// why the command does not run.
-    pub async fn end(
-        self,
-        session: Session,
-        owned: &[Node],
-        observer: &WaitReport,
-        report: Report,
-    ) {
-        let held_path = self.held_path;
-        if let Some(since) = self.unreachable_since {
-            // Nobody to ask who holds the lock: say what happened instead.
-            let timeout = session.timeout();
-            let deleted = Cell::new(false);
-            let cleanup = async {
-                deleted.set(session.delete(&queue::paths(owned)).await);
-                session.close(&[]).await;
-            };
-            let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
-            let fate = match deleted.get() {
-                true => String::new(),
-                false => format!(
-                    " (our queue node goes when the session expires, within {})",
-                    human_ms(timeout)
-                ),
-            };
-            report.note(format_args!(
-                "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-                human_ms(since.elapsed()),
-            ));
-            return;
-        }
-        let why = match self.waited {
+/// Ends a run that did not get the lock: deletes our nodes and ends the
+/// session within a bound, and says why the command does not run.
+pub async fn give_up(
+    plan: &Plan<'_>,
+    session: Session,
+    owned: &[Node],
+    observer: &WaitReport,
+    unreachable_since: Option<Instant>,
+) -> Exit {
+    let report = plan.report;
+    // Of several paths, the one we stopped at.
+    let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
+    if let Some(since) = unreachable_since {
+        // Nobody to ask who holds the lock: say what happened instead.
+        let timeout = session.timeout();
+        let deleted = Cell::new(false);
+        let cleanup = async {
+            deleted.set(session.delete(&queue::paths(owned)).await);
+            session.close(&[]).await;
+        };
+        let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
+        let fate = match deleted.get() {
+            true => String::new(),
+            false => format!(
+                " (our queue node goes when the session expires, within {})",
+                human_ms(timeout)
+            ),
+        };
+        report.note(format_args!(
+            "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
+            human_ms(since.elapsed()),
+        ));
+    } else {
+        let why = match plan.wait {
             true => "timed out waiting for",
             false => "not waiting for",
         };
@@ -91,4 +82,5 @@ impl GivenUp<'_> {
             .unwrap_or_default();
         report.note(format_args!("{why} {held_path}{holder}"));
     }
+    Exit::Conflict(plan.args.conflict_exit_code)
 }

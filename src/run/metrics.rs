@@ -1,8 +1,6 @@
 //! `--metrics-file FILE`: a report of the run in the Prometheus text
-//! exposition format, for node_exporter's textfile collector. Written at
-//! exit on every outcome, atomically: a temporary file in the same
-//! directory (whose name does not end in `.prom`, so the collector skips
-//! it), then a rename over FILE.
+//! format, written at every exit, atomically (docs/design.md, "Metrics
+//! file").
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -21,8 +19,8 @@ use crate::report;
 #[derive(Debug)]
 pub struct Facts {
     started: Instant,
-    acquired: Cell<Option<(Instant, SystemTime)>>,
-    fencing_token: Cell<Option<i64>>,
+    /// When the lock was taken, and its fencing token.
+    acquired: Cell<Option<(Instant, SystemTime, i64)>>,
     /// Server milliseconds of the last successful run's start, from the
     /// `--once-per` record (including this run once it is recorded), never
     /// after the server's time (`record::reported_success`).
@@ -36,7 +34,6 @@ impl Facts {
         Facts {
             started: Instant::now(),
             acquired: Cell::new(None),
-            fencing_token: Cell::new(None),
             last_success_ms: Cell::new(None),
             skipped: Cell::new(false),
             ran: Cell::new(false),
@@ -44,8 +41,8 @@ impl Facts {
     }
 
     pub fn acquired(&self, fencing_token: i64) {
-        self.acquired.set(Some((Instant::now(), SystemTime::now())));
-        self.fencing_token.set(Some(fencing_token));
+        let now = (Instant::now(), SystemTime::now(), fencing_token);
+        self.acquired.set(Some(now));
     }
 
     pub fn last_success(&self, server_ms: Option<i64>) {
@@ -61,41 +58,31 @@ impl Facts {
     }
 }
 
-/// How a run ended, as the `outcome` label says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Ran,
-    Skipped,
-    NotAcquired,
-    Lost,
-    TimedOut,
-    Error,
-}
-
-pub const OUTCOMES: [(Outcome, &str); 6] = [
-    (Outcome::Ran, "ran"),
-    (Outcome::Skipped, "skipped"),
-    (Outcome::NotAcquired, "not-acquired"),
-    (Outcome::Lost, "lost"),
-    (Outcome::TimedOut, "timed-out"),
-    (Outcome::Error, "error"),
+/// Every value of the `outcome` label.
+const OUTCOMES: [&str; 6] = [
+    "ran",
+    "skipped",
+    "not-acquired",
+    "lost",
+    "timed-out",
+    "error",
 ];
 
-/// The outcome and exit status of a finished lifecycle.
-pub fn outcome(result: &Result<Exit>, facts: &Facts) -> (Outcome, u8) {
+/// The outcome (one of [`OUTCOMES`]) and exit status of a finished lifecycle.
+fn outcome(result: &Result<Exit>, facts: &Facts) -> (&'static str, u8) {
     let exit = match result {
         Ok(exit) => *exit,
-        Err(err) => return (Outcome::Error, Exit::for_error(err).code()),
+        Err(err) => return ("error", Exit::for_error(err).code()),
     };
     let outcome = match exit {
-        Exit::LockLost => Outcome::Lost,
-        Exit::TimedOut => Outcome::TimedOut,
-        Exit::Conflict(_) if facts.skipped.get() => Outcome::Skipped,
-        Exit::Command(_) => Outcome::Ran,
+        Exit::LockLost => "lost",
+        Exit::TimedOut => "timed-out",
+        Exit::Conflict(_) if facts.skipped.get() => "skipped",
+        Exit::Command(_) => "ran",
         // A signal while waiting, or one that killed the command.
-        Exit::Signal(_) if facts.ran.get() => Outcome::Ran,
-        Exit::Conflict(_) | Exit::Signal(_) => Outcome::NotAcquired,
-        _ => Outcome::Error,
+        Exit::Signal(_) if facts.ran.get() => "ran",
+        Exit::Conflict(_) | Exit::Signal(_) => "not-acquired",
+        _ => "error",
     };
     (outcome, exit.code())
 }
@@ -169,7 +156,7 @@ impl MetricsFile {
             .map(|ms| (ms as f64 / 1000.0).min(now_seconds))
             .or_else(|| {
                 let acquired = facts.acquired.get()?.1;
-                (outcome == Outcome::Ran && code == 0).then(|| unix_seconds(acquired))
+                (outcome == "ran" && code == 0).then(|| unix_seconds(acquired))
             })
             .or_else(|| {
                 previous
@@ -183,11 +170,8 @@ impl MetricsFile {
             outcome,
             exit_status: code,
             waited: facts.acquired.get().map_or(now, |a| a.0) - facts.started,
-            held: facts
-                .acquired
-                .get()
-                .map_or(Duration::ZERO, |(at, _)| now - at),
-            fencing_token: facts.fencing_token.get(),
+            held: facts.acquired.get().map_or(Duration::ZERO, |a| now - a.0),
+            fencing_token: facts.acquired.get().map(|a| a.2),
             last_success,
         };
         self.replace(&report.render())
@@ -230,7 +214,7 @@ fn previous_last_success(text: &str, label: &str) -> Option<f64> {
 /// The metrics of one run.
 struct Report<'a> {
     label: &'a str,
-    outcome: Outcome,
+    outcome: &'static str,
     exit_status: u8,
     waited: Duration,
     held: Duration,
@@ -251,8 +235,8 @@ impl Report<'_> {
         };
         let outcomes: Vec<(String, String)> = OUTCOMES
             .iter()
-            .map(|(outcome, name)| {
-                let value = if *outcome == self.outcome { "1" } else { "0" };
+            .map(|name| {
+                let value = if *name == self.outcome { "1" } else { "0" };
                 (format!("{path},outcome=\"{name}\""), value.to_owned())
             })
             .collect();
@@ -298,16 +282,9 @@ impl Report<'_> {
 /// A label value as the exposition format wants it: backslash, double
 /// quote and newline escaped.
 fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
+    (value.replace('\\', "\\\\"))
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -324,7 +301,7 @@ mod tests {
     fn renders_every_outcome_and_reads_back_the_last_success() {
         let report = Report {
             label: "/locks/x",
-            outcome: Outcome::Skipped,
+            outcome: "skipped",
             exit_status: 75,
             waited: Duration::from_millis(1500),
             held: Duration::from_millis(20),

@@ -1,12 +1,6 @@
-//! `--once-per DURATION`: once the lock is held, run the command only if
-//! the last successful run of the path started at least DURATION ago (or
-//! is dated more than DURATION ahead: not believed), on the server's clock,
-//! and, with `--retry-after`, if the last run did not fail too recently;
-//! record the run before releasing the lock.
-//!
-//! "Now" is the mtime of a versioned rewrite of the record made while we
-//! hold the lock; "then" is the start stored in the record, itself such an
-//! mtime. Host clocks never enter the decision.
+//! `--once-per DURATION`: once the lock is held, run the command only if the
+//! run record allows it, on the server's clock; record the run before
+//! releasing the lock (docs/design.md, "The run record").
 
 use std::rc::Rc;
 use std::time::Duration;

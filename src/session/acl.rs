@@ -11,11 +11,21 @@ pub const CREATOR: &str = "creator";
 /// credentials).
 pub const OPEN: &str = "open";
 
+/// ZooKeeper's permission bits, in zkCli's letters, in the order zkCli
+/// writes them.
+const PERMS: [(char, i32, zk::Permission, &str); 5] = [
+    ('c', 4, zk::Permission::CREATE, "CREATE"),
+    ('d', 8, zk::Permission::DELETE, "DELETE"),
+    ('r', 1, zk::Permission::READ, "READ"),
+    ('w', 2, zk::Permission::WRITE, "WRITE"),
+    ('a', 16, zk::Permission::ADMIN, "ADMIN"),
+];
+
 /// What zklock must be able to do with the ACL it gives: list a lock's
 /// parent, create its node in it and delete that node again (else other
 /// contenders of its identity could not queue), and write its node (marking
 /// it as holding) and the `--once-per` record.
-const NEEDED: [(i32, &str); 4] = [(1, "READ"), (2, "WRITE"), (4, "CREATE"), (8, "DELETE")];
+const NEEDED: [&str; 4] = ["READ", "WRITE", "CREATE", "DELETE"];
 
 /// One ACL entry as given: `scheme:id:perms`, or a shorthand.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,22 +89,13 @@ fn parse_perms(text: &str) -> Result<i32, String> {
     if text.is_empty() {
         return Err("no permissions given (use letters of cdrwa)".into());
     }
-    let mut perms = 0;
-    for c in text.chars() {
-        perms |= match c {
-            'r' => 1,
-            'w' => 2,
-            'c' => 4,
-            'd' => 8,
-            'a' => 16,
-            other => {
-                return Err(format!(
-                    "unknown permission `{other}` (use letters of cdrwa)"
-                ));
-            }
-        };
-    }
-    Ok(perms)
+    text.chars().try_fold(0, |perms, c| {
+        let (_, bit, ..) = PERMS
+            .iter()
+            .find(|(letter, ..)| *letter == c)
+            .ok_or_else(|| format!("unknown permission `{c}` (use letters of cdrwa)"))?;
+        Ok(perms | bit)
+    })
 }
 
 /// The ACL zklock applies to every node it creates.
@@ -144,16 +145,9 @@ impl AclPolicy {
         self.entries
             .iter()
             .map(|e| {
-                let perms = [
-                    (1, zk::Permission::READ),
-                    (2, zk::Permission::WRITE),
-                    (4, zk::Permission::CREATE),
-                    (8, zk::Permission::DELETE),
-                    (16, zk::Permission::ADMIN),
-                ]
-                .into_iter()
-                .filter(|(bit, _)| e.perms & bit != 0)
-                .fold(zk::Permission::NONE, |all, (_, p)| all | p);
+                let perms = (PERMS.iter())
+                    .filter(|(_, bit, ..)| e.perms & bit != 0)
+                    .fold(zk::Permission::NONE, |all, (_, _, p, _)| all | *p);
                 zk::Acl::new(perms, zk::AuthId::new(&e.scheme, &e.id))
             })
             .collect()
@@ -185,10 +179,8 @@ impl AclPolicy {
             .iter()
             .filter(|e| ours(e))
             .fold(0, |all, e| all | e.perms);
-        let missing: Vec<&str> = NEEDED
-            .iter()
-            .filter(|(bit, _)| granted & bit == 0)
-            .map(|(_, name)| *name)
+        let missing: Vec<&str> = (NEEDED.into_iter())
+            .filter(|name| PERMS.iter().any(|p| p.3 == *name && granted & p.1 == 0))
             .collect();
         if missing.is_empty() {
             return Ok(());
@@ -212,11 +204,9 @@ impl AclPolicy {
         self.entries
             .iter()
             .map(|e| {
-                let perms: String = "cdrwa"
-                    .chars()
-                    .zip([4, 8, 1, 2, 16])
-                    .filter(|(_, bit)| e.perms & bit != 0)
-                    .map(|(c, _)| c)
+                let perms: String = (PERMS.iter())
+                    .filter(|(_, bit, ..)| e.perms & bit != 0)
+                    .map(|(c, ..)| c)
                     .collect();
                 if e.scheme == "auth" && e.perms == 31 {
                     CREATOR.to_owned()
@@ -241,26 +231,18 @@ mod tests {
 
     #[test]
     fn parses_zkcli_syntax_and_shorthands() {
-        assert_eq!(
-            parse("sasl:backup:cdrwa").unwrap(),
-            [entry("sasl", "backup", 31)]
-        );
-        assert_eq!(
-            parse("world:anyone:r").unwrap(),
-            [entry("world", "anyone", 1)]
-        );
-        assert_eq!(
-            parse("digest:alice:Xy+z/0=:rcd").unwrap(),
-            [entry("digest", "alice:Xy+z/0=", 13)]
-        );
-        assert_eq!(
-            parse("x509:CN=client,O=Test:cdr").unwrap(),
-            [entry("x509", "CN=client,O=Test", 13)]
-        );
-        assert_eq!(parse("ip:::1:r").unwrap(), [entry("ip", "::1", 1)]);
-        assert_eq!(parse("creator").unwrap(), [entry("auth", "", 31)]);
-        assert_eq!(parse("open").unwrap(), [entry("world", "anyone", 31)]);
-        assert_eq!(parse("auth::cdr").unwrap(), [entry("auth", "", 13)]);
+        for (text, scheme, id, perms) in [
+            ("sasl:backup:cdrwa", "sasl", "backup", 31),
+            ("world:anyone:r", "world", "anyone", 1),
+            ("digest:alice:Xy+z/0=:rcd", "digest", "alice:Xy+z/0=", 13),
+            ("x509:CN=client,O=Test:cdr", "x509", "CN=client,O=Test", 13),
+            ("ip:::1:r", "ip", "::1", 1),
+            ("creator", "auth", "", 31),
+            ("open", "world", "anyone", 31),
+            ("auth::cdr", "auth", "", 13),
+        ] {
+            assert_eq!(parse(text).unwrap(), [entry(scheme, id, perms)], "{text}");
+        }
     }
 
     #[test]
@@ -301,37 +283,39 @@ mod tests {
     fn check_needs_read_create_delete_for_our_identity() {
         let sasl = ids(&[("ip", "127.0.0.1"), ("sasl", "backup")]);
         let anon = ids(&[("ip", "127.0.0.1")]);
-        let policy = |v: &[&str]| AclPolicy::parse_all(v).unwrap();
-        assert!(policy(&["creator"]).check(&sasl).is_ok());
-        assert!(policy(&["open"]).check(&anon).is_ok());
-        assert!(
-            policy(&["sasl:backup:cdrwa", "world:anyone:r"])
-                .check(&sasl)
-                .is_ok()
-        );
         // Permissions add up over the entries that match us.
-        assert!(
-            policy(&["sasl:backup:cdw", "world:anyone:r"])
-                .check(&sasl)
-                .is_ok()
-        );
-        assert!(policy(&["ip:127.0.0.1:rwcd"]).check(&anon).is_ok());
-        let err = policy(&["sasl:other:cdrwa", "world:anyone:r"])
-            .check(&sasl)
-            .unwrap_err();
-        assert!(err.contains("denies WRITE, CREATE, DELETE"), "{err}");
-        assert!(err.contains("sasl:backup"), "{err}");
-        let err = policy(&["sasl:backup:cdwa"]).check(&sasl).unwrap_err();
-        assert!(err.contains("denies READ to"), "{err}");
+        for (acl, identities) in [
+            (&["creator"][..], &sasl),
+            (&["open"], &anon),
+            (&["sasl:backup:cdrwa", "world:anyone:r"], &sasl),
+            (&["sasl:backup:cdw", "world:anyone:r"], &sasl),
+            (&["ip:127.0.0.1:rwcd"], &anon),
+        ] {
+            let policy = AclPolicy::parse_all(acl).unwrap();
+            assert!(policy.check(identities).is_ok(), "{acl:?}");
+        }
         // Without WRITE the acquisition's write and the run record fail.
-        let err = policy(&["sasl:backup:cdra"]).check(&sasl).unwrap_err();
-        assert!(err.contains("denies WRITE to"), "{err}");
-        let err = policy(&["sasl:backup:cdr", "world:anyone:r"])
-            .check(&sasl)
-            .unwrap_err();
-        assert!(err.contains("denies WRITE to"), "{err}");
-        let err = policy(&["creator"]).check(&anon).unwrap_err();
-        assert!(err.contains("has none"), "{err}");
+        for (acl, identities, why) in [
+            (
+                &["sasl:other:cdrwa", "world:anyone:r"][..],
+                &sasl,
+                "denies WRITE, CREATE, DELETE to this session's identity (ip:127.0.0.1, sasl:backup)",
+            ),
+            (&["sasl:backup:cdwa"], &sasl, "denies READ to"),
+            (&["sasl:backup:cdra"], &sasl, "denies WRITE to"),
+            (
+                &["sasl:backup:cdr", "world:anyone:r"],
+                &sasl,
+                "denies WRITE to",
+            ),
+            (&["creator"], &anon, "has none"),
+        ] {
+            let err = AclPolicy::parse_all(acl)
+                .unwrap()
+                .check(identities)
+                .unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
         assert!(AclPolicy::default_for(true).check(&sasl).is_ok());
         assert!(AclPolicy::default_for(false).check(&anon).is_ok());
     }

@@ -34,16 +34,12 @@ impl Loaded {
     /// config file's directory.
     pub fn ensemble(&self, name: &str) -> Result<Options, String> {
         let Some(found) = self.file.ensembles.get(name) else {
-            let known: Vec<&str> = self.file.ensembles.keys().map(String::as_str).collect();
-            return Err(format!(
-                "no ensemble `{name}` in {} (it has: {})",
-                self.path.display(),
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ));
+            let mut known: Vec<&str> = self.file.ensembles.keys().map(String::as_str).collect();
+            if known.is_empty() {
+                known.push("none");
+            }
+            let (path, known) = (self.path.display(), known.join(", "));
+            return Err(format!("no ensemble `{name}` in {path} (it has: {known})"));
         };
         let mut ensemble = found.clone();
         let base = self.path.parent().unwrap_or(Path::new("/"));
@@ -87,15 +83,15 @@ pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, String> {
 }
 
 /// Where the config file is, in lookup order: `--config` (given as `flag`;
-/// clap also fills it from `ZKLOCK_CONFIG`), then the XDG location, then
-/// `/etc`. A file named explicitly must exist; the others are optional.
+/// clap also fills it from `ZKLOCK_CONFIG`), which must exist, then the XDG
+/// location, then `/etc`, if present.
 pub fn locate(
     flag: Option<&Path>,
     env: &dyn Fn(&str) -> Option<OsString>,
     exists: &dyn Fn(&Path) -> bool,
-) -> Option<(PathBuf, bool)> {
+) -> Option<PathBuf> {
     if let Some(path) = flag {
-        return Some((path.to_owned(), true));
+        return Some(path.to_owned());
     }
     let nonempty = |name: &str| env(name).filter(|v| !v.is_empty());
     let mut candidates = Vec::new();
@@ -105,16 +101,13 @@ pub fn locate(
         candidates.push(PathBuf::from(home).join(".config/zklock/config.toml"));
     }
     candidates.push(PathBuf::from("/etc/zklock/config.toml"));
-    candidates
-        .into_iter()
-        .find(|path| exists(path))
-        .map(|path| (path, false))
+    candidates.into_iter().find(|path| exists(path))
 }
 
 /// Finds and reads the config file, if any.
 pub fn load(flag: Option<&Path>) -> Result<Option<Loaded>, String> {
     let env = |name: &str| std::env::var_os(name);
-    let Some((path, _required)) = locate(flag, &env, &|p: &Path| p.exists()) else {
+    let Some(path) = locate(flag, &env, &|p: &Path| p.exists()) else {
         return Ok(None);
     };
     let text = std::fs::read_to_string(&path)
@@ -126,46 +119,6 @@ pub fn load(flag: Option<&Path>) -> Result<Option<Loaded>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// docs/security.md's example, kept here so the two cannot drift apart.
-    pub const EXAMPLE: &str = r#"
-default = "prod"
-
-[ensembles.prod]
-hosts = "zk1.example.com:2281,zk2.example.com:2281/apps"
-session-timeout = "15s"
-connect-timeout = "10s"
-tls-ca = "/etc/zklock/ca.pem"
-tls-cert = "/etc/zklock/client.pem"
-tls-key = "/etc/zklock/client.key"
-sasl-user = "backup"
-password-file = "/etc/zklock/prod.password"
-acl = ["creator", "world:anyone:r"]
-
-[ensembles.dev]
-hosts = "127.0.0.1:2181"
-digest-user = "dev"
-password = "not-a-secret"
-kerberos = false
-kerberos-service = "zookeeper"
-kerberos-host = "zk1.example.com"
-"#;
-
-    #[test]
-    fn parses_the_readme_example() {
-        let file = parse(Path::new("c.toml"), EXAMPLE).unwrap();
-        assert_eq!(file.default.as_deref(), Some("prod"));
-        let prod = &file.ensembles["prod"];
-        assert_eq!(prod.sasl_user.as_deref(), Some("backup"));
-        assert_eq!(prod.acl.len(), 2);
-        let dev = &file.ensembles["dev"];
-        assert_eq!(dev.password.as_ref().unwrap().expose(), "not-a-secret");
-        let readme = include_str!("../../docs/security.md");
-        assert!(
-            readme.contains(EXAMPLE.trim()),
-            "docs/security.md's config example differs"
-        );
-    }
 
     #[test]
     fn unknown_keys_are_refused_with_file_and_line() {
@@ -231,23 +184,21 @@ kerberos-host = "zk1.example.com"
         let all = |_: &Path| true;
         let none = |_: &Path| false;
         let full = env(&[("XDG_CONFIG_HOME", "/x"), ("HOME", "/h")]);
+        let at = |path: &str| Some(PathBuf::from(path));
         assert_eq!(
             locate(Some(Path::new("/f.toml")), &full, &none),
-            Some(("/f.toml".into(), true))
+            at("/f.toml")
         );
-        assert_eq!(
-            locate(None, &full, &all),
-            Some(("/x/zklock/config.toml".into(), false))
-        );
+        assert_eq!(locate(None, &full, &all), at("/x/zklock/config.toml"));
         let home = env(&[("HOME", "/h"), ("XDG_CONFIG_HOME", "")]);
         assert_eq!(
             locate(None, &home, &all),
-            Some(("/h/.config/zklock/config.toml".into(), false))
+            at("/h/.config/zklock/config.toml")
         );
         let only_etc = |p: &Path| p.starts_with("/etc");
         assert_eq!(
             locate(None, &full, &only_etc),
-            Some(("/etc/zklock/config.toml".into(), false))
+            at("/etc/zklock/config.toml")
         );
         assert_eq!(locate(None, &full, &none), None);
     }

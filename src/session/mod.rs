@@ -24,15 +24,12 @@ use crate::exit::{ErrorKind, Failure};
 pub use crate::session::options::Options;
 pub use crate::session::settings::Settings;
 
-/// How long to wait for the server to confirm the end of the session. The
-/// server deletes our ephemerals when it processes the close, so this wait is
-/// what lets the next waiter start at once instead of a session timeout later.
+/// How long to wait for the server to confirm the end of the session (which
+/// deletes our ephemerals, so the next waiter starts at once).
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// The library retries a lost connection to a server silently; a connection
-/// timeout of about a fifth of the session timeout leaves room for several
-/// servers to be tried before the session can expire. It must stay below 3/5
-/// of the session timeout or the library ignores it.
+/// About a fifth of the session timeout, so that several servers can be
+/// tried before the session can expire; the library ignores one above 3/5.
 pub fn connection_timeout_for(session_timeout: Duration) -> Duration {
     session_timeout
         .div_f64(5.0)
@@ -40,11 +37,9 @@ pub fn connection_timeout_for(session_timeout: Duration) -> Duration {
         .min(session_timeout.mul_f64(0.4))
 }
 
-/// True when an operation's outcome is unknown because the connection broke:
-/// the session may still be alive and a retry (after reconnecting) is right.
-/// During a failover the library also fails in-flight calls with custom
-/// errors ("no response from connection", I/O errors), not just
-/// ConnectionLoss.
+/// True when an operation's outcome is unknown because the connection broke
+/// (in a failover the library also fails calls with custom errors): the
+/// session may still be alive and a retry is right.
 pub fn is_connection_loss(err: &zk::Error) -> bool {
     matches!(
         err,
@@ -52,11 +47,9 @@ pub fn is_connection_loss(err: &zk::Error) -> bool {
     )
 }
 
-/// True when the session is gone for good: our ephemerals are (or soon will
-/// be) deleted by the ensemble, and only a new session can continue.
-/// AuthFailed on a session that had authenticated is one: with SASL,
-/// zookeeper-client 0.11.2 re-registers watches before SASL has finished on
-/// a new connection, and a server enforcing authentication ends the session.
+/// True when the session is gone for good and only a new one can continue.
+/// AuthFailed is one: with SASL the library re-registers watches before SASL
+/// has finished on a new connection, and the server ends the session.
 pub fn is_session_lost(err: &zk::Error) -> bool {
     matches!(
         err,
@@ -68,18 +61,12 @@ pub fn is_session_lost(err: &zk::Error) -> bool {
 }
 
 /// How many times in a row one request may lose its connection before we
-/// conclude that the server refuses it.
-///
-/// The library holds calls made while disconnected until the same session is
-/// back, so each loss means that a connection broke while carrying this very
-/// request. A failover breaks the connection under a given request once,
-/// rarely twice (the failing server, perhaps the next one), and a lost
-/// session ends the retries with SessionExpired. A request the server refuses
-/// outright (larger than its `jute.maxbuffer`: it drops the connection
-/// without an answer, the session stays alive) breaks every connection it is
-/// sent on, within milliseconds, forever. A time bound would let that spin
-/// for seconds at hundreds of reconnects a second and could not tell it
-/// from a slow failover; a count can.
+/// conclude that the server refuses it. The library holds calls made while
+/// disconnected, so each loss broke a connection carrying this very request:
+/// a failover does that once or twice, while a request the server refuses
+/// (beyond `jute.maxbuffer`: it hangs up, the session stays alive) does it
+/// on every connection, within milliseconds. A count tells the two apart; a
+/// time bound could not.
 pub const LOSSES_BEFORE_REFUSED: u32 = 5;
 
 /// Counts consecutive connection losses of one request.
@@ -104,10 +91,8 @@ impl Losses {
 }
 
 /// Runs a ZooKeeper call until it completes with something other than a
-/// connection loss. The library queues calls made while disconnected and
-/// sends them after the same session reconnects, so the loop does not spin;
-/// it ends with an error once the session expires, or once the call lost its
-/// connection [`LOSSES_BEFORE_REFUSED`] times in a row.
+/// connection loss (the library holds calls while disconnected, so this does
+/// not spin), or lost its connection [`LOSSES_BEFORE_REFUSED`] times in a row.
 pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, zk::Error>
 where
     F: FnMut() -> Fut,
@@ -206,21 +191,11 @@ impl Session {
                     });
                 }
                 Ok(Err(zk::Error::AuthFailed)) => {
-                    return Err(Failure::new(
-                        ErrorKind::NoPermission,
-                        format!(
-                            "authentication failed at {hosts} ({})",
-                            options.credentials()
-                        ),
-                    )
-                    .into());
+                    let credentials = options.credentials();
+                    let message = format!("authentication failed at {hosts} ({credentials})");
+                    return Err(Failure::new(ErrorKind::NoPermission, message).into());
                 }
-                Ok(Err(zk::Error::NoNode)) => {
-                    let chroot = options.hosts.chroot().unwrap_or("/");
-                    return Err(Failure::usage(format!(
-                        "the chroot {chroot} given with -z does not exist at {hosts}"
-                    )));
-                }
+                Ok(Err(zk::Error::NoNode)) => return Err(options.missing_chroot()),
                 Ok(Err(err)) => {
                     last_error = Some(err);
                     // A refused connection fails at once; do not spin on it.
@@ -419,15 +394,26 @@ async fn delete_attached(
     tokio::time::timeout(bound, attempt).await.unwrap_or(false)
 }
 
+/// The servers ("name:port") of a connect string, without its chroot.
+pub fn servers(connect_string: &str) -> impl Iterator<Item = &str> {
+    connect_string
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .split(',')
+}
+
+/// A server's host name: without its port, nor an IPv6 address's brackets.
+pub fn host_name(server: &str) -> &str {
+    let name = server.rsplit_once(':').map_or(server, |(name, _)| name);
+    name.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// The addresses of `host` ("name:port"), or why there are none.
 async fn resolve(host: &str) -> Result<Vec<std::net::SocketAddr>, String> {
-    match tokio::net::lookup_host(host).await {
-        Ok(addrs) => Ok(addrs.collect()),
-        Err(err) => {
-            let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
-            Err(format!("cannot resolve {name} (DNS: {err})"))
-        }
-    }
+    (tokio::net::lookup_host(host).await)
+        .map(Iterator::collect)
+        .map_err(|err| format!("cannot resolve {} (DNS: {err})", host_name(host)))
 }
 
 /// Resolves with a failure if no host of `connect_string` resolves; never
@@ -435,9 +421,8 @@ async fn resolve(host: &str) -> Result<Vec<std::net::SocketAddr>, String> {
 /// name costs no time. A name that does not resolve is a mistake to fix,
 /// not an outage to wait out: the system's resolver has already retried.
 async fn unresolvable(connect_string: &str) -> Failure {
-    let hosts = connect_string.split('/').next().unwrap_or_default();
     let mut causes = Vec::new();
-    for host in hosts.split(',') {
+    for host in servers(connect_string) {
         match resolve(host).await {
             Ok(_) => std::future::pending::<()>().await,
             Err(cause) => causes.push(cause),
@@ -455,10 +440,9 @@ async fn unresolvable(connect_string: &str) -> Failure {
 /// kept; within a second. None if nothing stands out.
 async fn diagnose(connect_string: &str) -> Option<String> {
     const BOUND: Duration = Duration::from_secs(1);
-    let hosts = connect_string.split('/').next().unwrap_or_default();
     let mut causes = Vec::new();
     let probing = async {
-        for host in hosts.split(',') {
+        for host in servers(connect_string) {
             let addrs = match resolve(host).await {
                 Ok(addrs) => addrs,
                 Err(cause) => {
@@ -490,17 +474,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_request_is_refused_after_a_bounded_number_of_losses() {
-        let mut losses = Losses::default();
-        for _ in 1..LOSSES_BEFORE_REFUSED {
-            assert!(losses.lost().is_ok());
-        }
-        let err = losses.lost().unwrap_err();
-        assert!(!is_connection_loss(&err) && !is_session_lost(&err), "{err}");
-        assert!(err.to_string().contains("jute.maxbuffer"), "{err}");
-    }
-
-    #[test]
     fn retrying_gives_up_on_endless_losses() {
         let mut calls = 0;
         let result: Result<(), zk::Error> = tokio::runtime::Builder::new_current_thread()
@@ -510,7 +483,9 @@ mod tests {
                 calls += 1;
                 async { Err(zk::Error::ConnectionLoss) }
             }));
-        assert!(result.is_err());
+        let err = result.unwrap_err();
         assert_eq!(calls, LOSSES_BEFORE_REFUSED);
+        assert!(!is_connection_loss(&err) && !is_session_lost(&err), "{err}");
+        assert!(err.to_string().contains("jute.maxbuffer"), "{err}");
     }
 }

@@ -58,8 +58,7 @@ pub fn read_password_file(path: &Path) -> Result<Secret, String> {
     Ok(Secret(line.to_owned()))
 }
 
-/// Refuses a file holding a password that group or others may access (as
-/// ssh refuses an open private key).
+/// Refuses a file holding a password that group or others may access.
 pub fn check_private(path: &Path) -> Result<(), String> {
     let meta =
         std::fs::metadata(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;

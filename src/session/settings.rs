@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
+use crate::exit::Failure;
 use crate::session::acl::AclPolicy;
 use crate::session::config::Loaded;
 use crate::session::connection_timeout_for;
@@ -49,12 +50,9 @@ pub struct Settings {
     /// `addauth digest user:password`, sent on every connection.
     pub digest: Option<(String, Secret)>,
     pub acl: AclPolicy,
-    /// The `--password-file` the password was read from, made absolute: the
-    /// command gets it as `ZKLOCK_PASSWORD_FILE`, so that a nested zklock
-    /// finds the password as we did (see [`Settings::passed_on`]).
+    /// The `--password-file` the password was read from, and the config file
+    /// named by `--config`, made absolute ([`Settings::passed_on`]).
     pub password_file: Option<PathBuf>,
-    /// The config file named by `--config`, made absolute, passed on as
-    /// `ZKLOCK_CONFIG` for the same reason.
     pub config_file: Option<PathBuf>,
 }
 
@@ -165,12 +163,10 @@ impl Settings {
         })
     }
 
-    /// What the command's environment needs so that a nested zklock (README
-    /// "Nested runs") authenticates as we did, without the password being
-    /// written anywhere new: the password file's name when `--password-file`
-    /// gave it, the config file's when `--config` did. `ZKLOCK_PASSWORD` and
-    /// the other `ZKLOCK_*` variables the user set are inherited as they are;
-    /// a config file at its usual place is found again.
+    /// What the command's environment needs so that a nested zklock
+    /// authenticates as we did, without writing the password anywhere new:
+    /// the names of the `--password-file` and `--config` files given (the
+    /// `ZKLOCK_*` variables set are inherited as they are).
     pub fn passed_on(&self) -> Vec<(&'static str, String)> {
         [
             (PASSWORD_FILE_ENV, &self.password_file),
@@ -226,6 +222,15 @@ impl Settings {
         }
     }
 
+    /// The error for a `-z` chroot that does not exist (a usage error).
+    pub fn missing_chroot(&self) -> anyhow::Error {
+        let chroot = self.hosts.chroot().unwrap_or("/");
+        let hosts = self.hosts.connect_string();
+        Failure::usage(format!(
+            "the chroot {chroot} given with -z does not exist at {hosts}"
+        ))
+    }
+
     pub fn uses_kerberos(&self) -> bool {
         matches!(self.sasl, Some(Sasl::Gssapi { .. }))
     }
@@ -234,10 +239,8 @@ impl Settings {
     pub fn kerberos_problem(&self) -> Option<String> {
         #[cfg(feature = "kerberos")]
         if let Some(Sasl::Gssapi { service, host }) = &self.sasl {
-            let first = self.hosts.connect_string().split([',', '/']).next()?;
-            let name = first.rsplit_once(':').map_or(first, |(name, _)| name);
-            let name = name.trim_start_matches('[').trim_end_matches(']');
-            let host = host.as_deref().unwrap_or(name);
+            let first = crate::session::servers(self.hosts.connect_string()).next()?;
+            let host = host.as_deref().unwrap_or(crate::session::host_name(first));
             return crate::session::kerberos_check::diagnose(service, host);
         }
         None
@@ -309,7 +312,7 @@ mod tests {
     }
 
     #[test]
-    fn nothing_given_means_the_old_behaviour() {
+    fn nothing_given_means_the_defaults() {
         let s = resolve(&[], None).unwrap();
         assert_eq!(s.hosts.connect_string(), "127.0.0.1:2181");
         assert_eq!(s.session_timeout, Duration::from_secs(10));

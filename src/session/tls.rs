@@ -1,11 +1,7 @@
-//! TLS: the files given, read and checked once, as one value; and telling
-//! a certificate problem from an unreachable ensemble. The client library
-//! retries a failed TLS handshake like a refused connection and only logs
-//! why, so after a connect attempt has taken too long zklock shakes hands
-//! with one server itself, with the same CA and client identity, and names
-//! what is wrong with the certificates. What can be told from the files
-//! alone (a key that is not the certificate's, files swapped) is refused
-//! before connecting.
+//! TLS: the files given, read and checked once, as one value. The client
+//! library retries a failed handshake like a refused connection and only
+//! logs why, so when connecting takes too long zklock shakes hands with one
+//! server itself ([`diagnose`]) to name what is wrong with the certificates.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -20,6 +16,7 @@ use zookeeper_client as zk;
 
 use crate::exit::{ErrorKind, Failure};
 use crate::session::secret::Secret;
+use crate::session::{host_name, servers};
 
 /// TLS to the ensemble: the CA that verifies the servers and, for mutual
 /// TLS, our own certificate.
@@ -62,7 +59,8 @@ impl Tls {
                 .map_err(|err| format!("cannot read the TLS {what} {}: {err}", path.display()))
         };
         let ca = read("CA file", &ca_file)?;
-        check_ca(&ca, &ca_file)?;
+        let file = format!("the TLS CA file {}", ca_file.display());
+        holds(&file, &ca, "a certificate", is_cert)?;
         let options = zk::TlsOptions::new().with_pem_ca(&ca).map_err(|_| {
             format!(
                 "the TLS CA file {} holds no PEM certificate",
@@ -82,14 +80,12 @@ impl Tls {
                     )
                 })?;
                 let key = Secret::new(key);
-                (
-                    Some(Identity {
-                        cert_file,
-                        cert,
-                        key,
-                    }),
-                    options,
-                )
+                let identity = Identity {
+                    cert_file,
+                    cert,
+                    key,
+                };
+                (Some(identity), options)
             }
             (Some(_), None) => {
                 return Err("--tls-cert needs --tls-key (the certificate's private key)".into());
@@ -105,11 +101,21 @@ impl Tls {
     }
 }
 
-/// The kinds of the PEM sections in `pem`; Err if it is not valid PEM.
-fn sections(pem: &str) -> Result<Vec<SectionKind>, ()> {
-    <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
-        .map(|section| section.map(|(kind, _)| kind).map_err(drop))
-        .collect()
+/// Refuses `pem` (read from `file`, "the TLS key FILE" and the like)
+/// unless it holds a section that `is` `wanted`, saying what it holds.
+fn holds(file: &str, pem: &str, wanted: &str, is: fn(&SectionKind) -> bool) -> Result<(), String> {
+    let kinds: Vec<SectionKind> = <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
+        .map(|section| section.map(|(kind, _)| kind))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{file} is not valid PEM"))?;
+    match kinds.iter().any(is) {
+        true => Ok(()),
+        false => Err(wrong_kind(file, pem, &kinds, wanted)),
+    }
+}
+
+fn is_cert(kind: &SectionKind) -> bool {
+    *kind == SectionKind::Certificate
 }
 
 fn is_key(kind: &SectionKind) -> bool {
@@ -119,9 +125,7 @@ fn is_key(kind: &SectionKind) -> bool {
     )
 }
 
-/// Why a PEM file does not hold the `wanted` kind of thing ("a certificate",
-/// "a private key"), saying what it holds instead; `file` is "the TLS key
-/// FILE" and the like.
+/// Why a PEM file does not hold `wanted`, saying what it holds instead.
 fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> String {
     let instead = if kinds.iter().any(is_key) {
         "a private key"
@@ -142,16 +146,6 @@ fn wrong_kind(file: &str, pem: &str, kinds: &[SectionKind], wanted: &str) -> Str
     format!("{file} holds {instead}, not {wanted}")
 }
 
-/// Refuses a CA file that holds no certificate, saying what it holds.
-fn check_ca(ca_pem: &str, ca_file: &Path) -> Result<(), String> {
-    let file = format!("the TLS CA file {}", ca_file.display());
-    let kinds = sections(ca_pem).map_err(|()| format!("{file} is not valid PEM"))?;
-    if kinds.contains(&SectionKind::Certificate) {
-        return Ok(());
-    }
-    Err(wrong_kind(&file, ca_pem, &kinds, "a certificate"))
-}
-
 /// Refuses a client certificate and key that cannot make a TLS identity:
 /// a file of the wrong kind (the two swapped, a key given twice) or a key
 /// that is not the certificate's. Each would otherwise surface only as
@@ -163,28 +157,18 @@ fn check_identity(
     key_file: &Path,
 ) -> Result<(), String> {
     let (cert_file, key_file) = (cert_file.display(), key_file.display());
-    let cert_kinds = sections(cert_pem)
-        .map_err(|()| format!("the TLS certificate {cert_file} is not valid PEM"))?;
-    if !cert_kinds.contains(&SectionKind::Certificate) {
-        let file = format!("the TLS certificate {cert_file}");
-        return Err(wrong_kind(&file, cert_pem, &cert_kinds, "a certificate"));
-    }
-    let key_kinds =
-        sections(key_pem).map_err(|()| format!("the TLS key {key_file} is not valid PEM"))?;
-    if !key_kinds.iter().any(is_key) {
-        let file = format!("the TLS key {key_file}");
-        return Err(wrong_kind(&file, key_pem, &key_kinds, "a private key"));
-    }
-    let chain: Vec<_> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .flatten()
-        .collect();
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .map_err(|_| format!("the TLS key {key_file} is not valid PEM"))?;
+    let cert = format!("the TLS certificate {cert_file}");
+    holds(&cert, cert_pem, "a certificate", is_cert)?;
+    holds(
+        &format!("the TLS key {key_file}"),
+        key_pem,
+        "a private key",
+        is_key,
+    )?;
     // The same check rustls makes when the handshake needs our identity.
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_client_auth_cert(chain, key);
-    match config {
+    let builder =
+        rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty());
+    match with_identity(builder, cert_pem, key_pem) {
         Ok(_) => Ok(()),
         Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(format!(
             "the TLS key {key_file} is not the key of the certificate {cert_file}"
@@ -201,16 +185,12 @@ fn check_identity(
 /// not speak TLS on that port (69); None when the servers cannot be reached
 /// or the handshake succeeds. Blocking, bounded by `timeout` per step.
 pub fn diagnose(tls: &Tls, connect_string: &str, timeout: Duration) -> Option<Failure> {
-    let hosts = connect_string.split('/').next().unwrap_or("");
-    hosts
-        .split(',')
-        .find_map(|host| diagnose_host(tls, host, timeout).ok().flatten())
+    servers(connect_string).find_map(|host| diagnose_host(tls, host, timeout).ok().flatten())
 }
 
 /// Err: the host could not be reached (try the next).
 fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
-    let (name, _port) = host.rsplit_once(':').ok_or(())?;
-    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let name = host_name(host);
     let address = host.to_socket_addrs().map_err(drop)?.next().ok_or(())?;
     let socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
     socket.set_read_timeout(Some(timeout)).map_err(drop)?;
@@ -302,15 +282,19 @@ fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, TlsError> {
     let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
     match &tls.identity {
         None => Ok(builder.with_no_client_auth()),
-        Some(Identity { cert, key, .. }) => {
-            let chain: Vec<_> = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .flatten()
-                .collect();
-            let key = PrivateKeyDer::from_pem_slice(key.expose().as_bytes())
-                .map_err(|_| TlsError::General("bad key".into()))?;
-            builder.with_client_auth_cert(chain, key)
-        }
+        Some(Identity { cert, key, .. }) => with_identity(builder, cert, key.expose()),
     }
+}
+
+fn with_identity(
+    builder: rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Result<rustls::ClientConfig, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes()).flatten();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|_| TlsError::General("the key is not valid PEM".into()))?;
+    builder.with_client_auth_cert(chain.collect(), key)
 }
 
 /// One clause naming the problem, for "TLS with HOST: ...".

@@ -1,10 +1,6 @@
 //! Whether an enclosing `zklock run` already holds what a nested run asks
-//! for (pure). The enclosing run says what it holds through the command's
-//! environment (docs/design.md, "Nested runs"); `mod.rs` reads the claimed
-//! nodes in ZooKeeper and this module decides.
-//!
-//! Only the nearest enclosing run is seen: a run on another path in between
-//! overrides the `ZKLOCK_*` variables.
+//! for (pure): `mod.rs` reads the nodes the environment claims, this module
+//! decides (docs/design.md, "Nested runs").
 
 use std::cmp::Ordering;
 
@@ -80,19 +76,15 @@ fn parse(inherited: &Inherited) -> Option<Vec<Claim>> {
     if paths.len() != nodes.len() {
         return None;
     }
-    let claims = paths
-        .iter()
-        .zip(&nodes)
-        .filter_map(|(path, node)| {
-            Some(Claim {
-                path: path.to_string(),
-                node: node.to_string(),
-                session,
-                held: held_as(path, node)?,
-            })
+    let claim = |(path, node): (&&str, &&str)| {
+        Some(Claim {
+            path: path.to_string(),
+            node: node.to_string(),
+            session,
+            held: held_as(path, node)?,
         })
-        .collect();
-    Some(claims)
+    };
+    Some(paths.iter().zip(&nodes).filter_map(claim).collect())
 }
 
 /// One session id in hex (`0x...`), as zklock exports it; repeated on every
@@ -298,9 +290,9 @@ mod tests {
             "0x10000abc00000001",
         );
         let got = claims(&inherited, &["/a", "/c", "/b"]);
-        assert_eq!(got[0].as_ref().unwrap().held, Held::Reader);
-        assert_eq!(got[0].as_ref().unwrap().node, "/a/_c_u1-__READ__0000000007");
-        assert_eq!(got[0].as_ref().unwrap().session, SESSION);
+        let a = got[0].as_ref().unwrap();
+        assert_eq!((a.held, a.session), (Held::Reader, SESSION));
+        assert_eq!(a.node, "/a/_c_u1-__READ__0000000007");
         assert_eq!(got[1], None);
         assert_eq!(got[2].as_ref().unwrap().held, Held::Writer);
         let lease = claim("/s", "/s/leases/_c_u-lease-0000000002");
@@ -359,14 +351,9 @@ mod tests {
     fn exclusive_inside_shared_is_an_upgrade() {
         let reader = claim("/l", "/l/_c_u-__READ__0000000002");
         let observed = seen(SESSION, &["_c_u-__READ__0000000002"]);
-        assert_eq!(
-            verdict(&reader, LockKind::Exclusive, &observed),
-            Verdict::Upgrade
-        );
-        assert_eq!(
-            verdict(&reader, LockKind::Write, &observed),
-            Verdict::Upgrade
-        );
+        for kind in [LockKind::Exclusive, LockKind::Write] {
+            assert_eq!(verdict(&reader, kind, &observed), Verdict::Upgrade);
+        }
         let refused = decide(&["/l"], LockKind::Write, &[Some(Verdict::Upgrade)]);
         assert!(matches!(refused, Decision::Refuse(m) if m.contains("/l for writing")));
     }
@@ -374,31 +361,24 @@ mod tests {
     #[test]
     fn stale_claims_take_the_usual_path() {
         let writer = claim("/l", "/l/_c_u-lock-0000000005");
+        // A stale shared claim is no upgrade: nobody holds it any more.
+        let reader = claim("/l", "/l/_c_u-__READ__0000000002");
         let gone = Observed {
             stat: None,
             ..seen(SESSION, &[])
         };
-        assert_eq!(
-            verdict(&writer, LockKind::Exclusive, &gone),
-            Verdict::Normal
-        );
         let stranger = seen(SESSION + 1, &["_c_u-lock-0000000005"]);
-        assert_eq!(
-            verdict(&writer, LockKind::Exclusive, &stranger),
-            Verdict::Normal
-        );
         // A node that waits does not hold (an environment no zklock gives).
         let waiting = seen(SESSION, &["_c_a-lock-0000000004", "_c_u-lock-0000000005"]);
-        assert_eq!(
-            verdict(&writer, LockKind::Exclusive, &waiting),
-            Verdict::Normal
-        );
-        // A stale shared claim is no upgrade: nobody holds it any more.
-        let reader = claim("/l", "/l/_c_u-__READ__0000000002");
-        assert_eq!(
-            verdict(&reader, LockKind::Exclusive, &gone),
-            Verdict::Normal
-        );
+        for (claim, observed) in [
+            (&writer, &gone),
+            (&writer, &stranger),
+            (&writer, &waiting),
+            (&reader, &gone),
+        ] {
+            let verdict = verdict(claim, LockKind::Exclusive, observed);
+            assert_eq!(verdict, Verdict::Normal, "{observed:?}");
+        }
     }
 
     #[test]
@@ -418,14 +398,9 @@ mod tests {
             Verdict::Reenter { .. }
         ));
         // Another limit, or a plain lock, on a semaphore: refused as usual.
-        assert_eq!(
-            verdict(&lease, LockKind::Semaphore(3), &observed),
-            Verdict::Normal
-        );
-        assert_eq!(
-            verdict(&lease, LockKind::Exclusive, &observed),
-            Verdict::Normal
-        );
+        for kind in [LockKind::Semaphore(3), LockKind::Exclusive] {
+            assert_eq!(verdict(&lease, kind, &observed), Verdict::Normal);
+        }
         // Two leases older than ours under a limit of 2: ours waits.
         observed.children.push("_c_b-lease-0000000002".into());
         assert_eq!(
@@ -434,14 +409,9 @@ mod tests {
         );
         // A semaphore on a plain lock's path: refused as usual.
         let writer = claim("/s", "/s/_c_u-lock-0000000001");
-        assert_eq!(
-            verdict(
-                &writer,
-                LockKind::Semaphore(2),
-                &seen(SESSION, &["_c_u-lock-0000000001"])
-            ),
-            Verdict::Normal
-        );
+        let observed = seen(SESSION, &["_c_u-lock-0000000001"]);
+        let verdict = verdict(&writer, LockKind::Semaphore(2), &observed);
+        assert_eq!(verdict, Verdict::Normal);
     }
 
     #[test]

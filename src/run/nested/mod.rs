@@ -1,19 +1,8 @@
 //! A nested run on locks its enclosing run holds (docs/design.md, "Nested
-//! runs").
-//!
-//! The enclosing zklock's `ZKLOCK_*` variables name the nodes it holds. When
-//! every requested path is among them and ZooKeeper confirms each node (it
-//! exists, its ephemeralOwner is that run's session, and it holds), the
-//! command runs at once under those nodes with the same `ZKLOCK_*` values:
-//! nothing is created or deleted. The nested zklock still supervises its
-//! command, and it watches the enclosing run's nodes as a lease watches our
-//! own: the command runs in a process group of its own, which the enclosing
-//! run's kill of its group on losing the lock would miss.
-//!
-//! A node name carries a random uuid, so finding the named node owned by the
-//! named session proves it is the same node, whatever `-z` each run used: a
-//! run through another ensemble or chroot finds nothing and takes its locks
-//! as usual.
+//! runs"): when ZooKeeper confirms every node the enclosing run's `ZKLOCK_*`
+//! variables name, the command runs at once under them, creating nothing,
+//! while this zklock watches those nodes as a lease watches our own (the
+//! command's group is not the one the enclosing run would kill).
 
 mod claims;
 
@@ -32,9 +21,8 @@ use crate::lock::recipe;
 use crate::session::retrying;
 
 /// Runs the command under the enclosing run's locks if it holds them all
-/// (and ends with its exit), refuses if that cannot work, or leaves the run
-/// to the usual path (goes on). Connects only when the environment claims one of
-/// the requested paths.
+/// (and ends with its exit), refuses if that cannot work, or goes on to the
+/// usual path. Connects only when the environment claims a requested path.
 pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>> {
     let claims = claims::claims(&Inherited::from_env(), &plan.paths);
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {

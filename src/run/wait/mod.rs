@@ -43,9 +43,7 @@ impl Observer for WaitReport {
 
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
         self.looked.set(true);
-        if let Some(seen) = first_data {
-            self.first_data = Some(seen.clone());
-        }
+        self.first_data = first_data.cloned().or(self.first_data.take());
         if self.first.as_deref() != Some(first) {
             let holder = first_data
                 .and_then(holder::describe)
@@ -171,20 +169,14 @@ impl WaitDisplay {
     /// `ahead` contenders precede us in `path`, the first being `first`;
     /// `data` is its node if read this time.
     pub fn waiting(&self, path: &str, ahead: usize, first: &str, data: Option<&Seen>) {
-        {
-            let mut queue = self.queue.borrow_mut();
-            let queue = queue.get_or_insert_with(Queue::default);
-            if queue.first != first {
-                queue.holder = None;
-            }
-            queue.path = path.to_owned();
-            queue.ahead = ahead;
-            queue.first = first.to_owned();
-            queue.pool = None;
-            if let Some(seen) = data {
-                queue.holder = Some(seen.clone());
-            }
-        }
+        let known = self.queue.take().filter(|q| q.first == first);
+        *self.queue.borrow_mut() = Some(Queue {
+            path: path.to_owned(),
+            ahead,
+            first: first.to_owned(),
+            holder: data.cloned().or(known.and_then(|q| q.holder)),
+            pool: None,
+        });
         self.redraw();
     }
 
@@ -198,9 +190,8 @@ impl WaitDisplay {
         self.redraw();
     }
 
-    /// Keeps the display current while waiting: the status line's times
-    /// every second, the heartbeat every minute. Never resolves; reads
-    /// nothing from ZooKeeper.
+    /// Keeps the display current while waiting (never resolves; reads
+    /// nothing from ZooKeeper).
     pub async fn tick(&self) {
         let every = match self.mode {
             Mode::Off => return std::future::pending().await,
@@ -267,9 +258,8 @@ impl Drop for WaitDisplay {
     }
 }
 
-/// The heartbeat's interval. ZKLOCK_HEARTBEAT_INTERVAL is a hook for the
-/// integration tests only (a minute is too long to wait for); it is not
-/// documented for users.
+/// The heartbeat's interval; ZKLOCK_HEARTBEAT_INTERVAL, undocumented, is
+/// for the integration tests.
 fn heartbeat_interval() -> Duration {
     std::env::var("ZKLOCK_HEARTBEAT_INTERVAL")
         .ok()
@@ -294,7 +284,7 @@ fn summary(queue: &Queue, now: SystemTime) -> String {
             .first
             .rsplit('/')
             .next()
-            .unwrap_or(&queue.first)
+            .unwrap_or_default()
             .to_owned(),
     };
     format!("{} ahead, held by {held_by}", queue.ahead)

@@ -17,15 +17,12 @@ pub(super) fn new_bar() -> ProgressBar {
     bar
 }
 
-/// Columns at the end of the terminal's line the status line leaves free,
-/// for what the terminal echoes there (`^C`). indicatif pads its line to
-/// the width it is given and leaves the cursor after it: given the full
-/// width, the echo wraps onto a line of its own, and erasing the status
-/// line then erases that one instead.
+/// Columns the status line leaves free at the end of the terminal's line
+/// for what the terminal echoes (`^C`): at full width the echo would wrap
+/// onto a line of its own, which erasing the status line would miss.
 const LINE_ROOM: u16 = 4;
 
-/// stderr, a terminal, as indicatif draws on it, but narrower by
-/// [`LINE_ROOM`]. Escape sequences as `console` writes them; a draw is
+/// stderr as indicatif draws on it, narrower by [`LINE_ROOM`]; a draw is
 /// written at once, on flush.
 #[derive(Debug, Default)]
 struct Stderr {
@@ -33,11 +30,12 @@ struct Stderr {
 }
 
 impl Stderr {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        (self.pending.lock()).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn put(&self, text: &str) -> std::io::Result<()> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(text.as_bytes());
+        self.pending().extend_from_slice(text.as_bytes());
         Ok(())
     }
 
@@ -89,12 +87,7 @@ impl indicatif::TermLike for Stderr {
 
     fn flush(&self) -> std::io::Result<()> {
         use std::io::Write;
-        let bytes = std::mem::take(
-            &mut *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let bytes = std::mem::take(&mut *self.pending());
         let mut stderr = std::io::stderr().lock();
         stderr.write_all(&bytes)?;
         stderr.flush()
