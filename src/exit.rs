@@ -91,9 +91,6 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// The exit status a [`Failure`] decides; the name other modules use for it.
-pub type ErrorKind = Exit;
-
 /// An error message with the exit status it decides; use it as the error
 /// itself or as context on a lower-level error.
 #[derive(Debug)]

@@ -19,7 +19,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::command::keeper::Keeper;
 use crate::command::signals::{self, Signals, is_terminating};
 use crate::command::spawn;
-use crate::exit::{ErrorKind, Exit, Failure};
+use crate::exit::{Exit, Failure};
 use crate::report::Report;
 
 /// How often to look for stragglers in the command's process group after the
@@ -274,8 +274,8 @@ fn program(argv: &[OsString]) -> Result<&OsString> {
 
 fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
     let kind = match err.raw_os_error() {
-        Some(libc::ENOENT | libc::ENOTDIR) => ErrorKind::NotFound,
-        _ => ErrorKind::NotExecutable,
+        Some(libc::ENOENT | libc::ENOTDIR) => Exit::NotFound,
+        _ => Exit::NotExecutable,
     };
     anyhow::Error::new(err).context(Failure::new(
         kind,

@@ -7,7 +7,7 @@ use std::future::Future;
 use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
-use crate::exit::{ErrorKind, Failure};
+use crate::exit::{Exit, Failure};
 use crate::lock::recipe::{self};
 use crate::session::{Losses, is_connection_loss, retrying};
 
@@ -68,7 +68,7 @@ pub async fn create_node(
         let children = list.then(|| client.list_children(dir));
         if let Some(ancestors) = ancestors {
             match ancestors.await {
-                Ok(()) => {}
+                Ok(_) => {}
                 // A server without containers: persistent directories.
                 Err(None) => containers = false,
                 Err(Some(err)) => return Err(err),
@@ -123,15 +123,15 @@ const ANCESTOR_ATTEMPTS: u32 = 10;
 
 /// Sends the creates of `dir` and its ancestors, top down, all at once (a
 /// node that exists is answered NodeExists, which is fine); the future
-/// awaits their answers. Err(None): the server has no container nodes.
-/// A NoNode answer below the top means an upper directory was reaped
-/// meanwhile, and a connection loss leaves the outcome open: either way the
-/// create sent after these says what happened.
+/// awaits their answers: whether every one is there. Err(None): the server
+/// has no container nodes. A NoNode answer below the top means an upper
+/// directory was reaped meanwhile, and a connection loss leaves the outcome
+/// open: not there, then.
 fn send_ancestors<'a>(
     client: &'a zk::Client,
     dir: &'a str,
     mode: &zk::CreateOptions<'_>,
-) -> impl Future<Output = Result<(), Option<anyhow::Error>>> + use<'a> {
+) -> impl Future<Output = Result<bool, Option<anyhow::Error>>> + use<'a> {
     let ancestors = ancestors(dir);
     let sent: Vec<_> = ancestors
         .iter()
@@ -139,6 +139,7 @@ fn send_ancestors<'a>(
         .collect();
     async move {
         let answers = futures::future::join_all(sent).await;
+        let mut there = true;
         for (ancestor, answer) in ancestors.iter().zip(answers) {
             match answer {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
@@ -149,8 +150,8 @@ fn send_ancestors<'a>(
                             .context(format!("cannot create {ancestor}")),
                     ));
                 }
-                Err(zk::Error::NoNode) => {}
-                Err(err) if is_connection_loss(&err) => {}
+                Err(zk::Error::NoNode) => there = false,
+                Err(err) if is_connection_loss(&err) => there = false,
                 Err(err) => {
                     return Err(Some(
                         denied(err, parent(ancestor), "CREATE")
@@ -159,7 +160,7 @@ fn send_ancestors<'a>(
                 }
             }
         }
-        Ok(())
+        Ok(there)
     }
 }
 
@@ -289,29 +290,16 @@ pub async fn create_dir(
     }
 }
 
-/// Creates `dir` and its missing ancestors, top down, one by one.
+/// Creates `dir` and its missing ancestors, all in one burst; again while an
+/// empty container is reaped between our creating it and creating its child.
 pub async fn create_ancestors(client: &zk::Client, dir: &str, acls: &[zk::Acl]) -> Result<()> {
-    let ancestors = ancestors(dir);
-    // An empty container can be reaped between our creating it and creating
-    // its child; starting over a few times outlasts that race.
+    let mut containers = true;
     for _attempt in 0..ANCESTOR_ATTEMPTS {
-        let mut created = 0;
-        for &ancestor in &ancestors {
-            match create_dir(client, ancestor, &[], acls).await {
-                Ok(()) | Err(zk::Error::NodeExists) => created += 1,
-                Err(zk::Error::NoNode) if created == 0 => {
-                    return Err(anyhow::Error::new(MissingChroot))
-                        .context(format!("cannot create {ancestor}"));
-                }
-                Err(zk::Error::NoNode) => break,
-                Err(err) => {
-                    return Err(denied(err, parent(ancestor), "CREATE"))
-                        .context(format!("creating {ancestor}"));
-                }
-            }
-        }
-        if created == ancestors.len() {
-            return Ok(());
+        match send_ancestors(client, dir, &dir_mode(acls, containers)).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(None) => containers = false,
+            Err(Some(err)) => return Err(err),
         }
     }
     bail!("cannot create {dir}: its parents keep disappearing")
@@ -335,7 +323,7 @@ impl std::error::Error for MissingChroot {}
 pub fn denied(err: zk::Error, path: &str, permission: &str) -> anyhow::Error {
     match err {
         zk::Error::NoAuth => Failure::new(
-            ErrorKind::NoPermission,
+            Exit::NoPermission,
             format!("the ACL of {path} denies {permission} to this session's identity"),
         )
         .into(),

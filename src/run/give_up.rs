@@ -50,13 +50,11 @@ pub async fn give_up(
     if let Some(since) = unreachable_since {
         // Nobody to ask who holds the lock: say what happened instead.
         let timeout = session.timeout();
-        let deleted = Cell::new(false);
-        let cleanup = async {
-            deleted.set(session.delete(&queue::paths(owned)).await);
-            session.close(&[]).await;
-        };
-        let _ = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await;
-        let fate = match deleted.get() {
+        let nodes = queue::paths(owned);
+        let deleted = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, session.close(&nodes))
+            .await
+            .unwrap_or(false);
+        let fate = match deleted {
             true => String::new(),
             false => format!(
                 " (our queue node goes when the session expires, within {})",

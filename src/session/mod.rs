@@ -20,7 +20,7 @@ use futures::future::LocalBoxFuture;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::exit::{ErrorKind, Failure};
+use crate::exit::{Exit, Failure};
 pub use crate::session::options::Options;
 pub use crate::session::settings::Settings;
 
@@ -135,7 +135,7 @@ async fn credential_problem(settings: &Settings, after: Duration) -> Failure {
         }
         settings
             .kerberos_problem()
-            .map(|problem| Failure::new(ErrorKind::NoPermission, problem))
+            .map(|problem| Failure::new(Exit::NoPermission, problem))
     })
     .await;
     if let Ok(Some(problem)) = check {
@@ -193,7 +193,7 @@ impl Session {
                 Ok(Err(zk::Error::AuthFailed)) => {
                     let credentials = options.credentials();
                     let message = format!("authentication failed at {hosts} ({credentials})");
-                    return Err(Failure::new(ErrorKind::NoPermission, message).into());
+                    return Err(Failure::new(Exit::NoPermission, message).into());
                 }
                 Ok(Err(zk::Error::NoNode)) => return Err(options.missing_chroot()),
                 Ok(Err(err)) => {
@@ -216,7 +216,7 @@ impl Session {
             "no ZooKeeper session with {hosts} within {}{why}",
             humantime::format_duration(options.connect_timeout)
         );
-        Err(Failure::new(ErrorKind::Unavailable, message).into())
+        Err(Failure::new(Exit::Unavailable, message).into())
     }
 
     pub fn client(&self) -> &zk::Client {
@@ -245,26 +245,6 @@ impl Session {
             .map(|u| (u.scheme().to_owned(), u.user().to_owned()))
             .collect();
         settings.acl.check(&identities).map_err(Failure::usage)
-    }
-
-    /// Deletes `nodes` (last first), waiting for the server's answers, within
-    /// a bound; the first step of [`Session::close`]. True when the server
-    /// confirmed every node gone.
-    pub async fn delete(&self, nodes: &[&str]) -> bool {
-        let bound = self.connection_timeout.max(CLOSE_WAIT);
-        let deleting = async {
-            let mut confirmed = true;
-            for node in nodes.iter().rev() {
-                // NoNode is fine: someone (an operator, expiry) deleted it already.
-                // SessionExpired: the ensemble deleted it with the session.
-                confirmed &= matches!(
-                    retrying(|| self.client.delete(node, None)).await,
-                    Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired)
-                );
-            }
-            confirmed
-        };
-        tokio::time::timeout(bound, deleting).await.unwrap_or(false)
     }
 
     /// Since when the connection to the ensemble has been down, if it is:
@@ -432,7 +412,7 @@ async fn unresolvable(connect_string: &str) -> Failure {
         "no ZooKeeper session with {connect_string}: {}",
         causes.join("; ")
     );
-    Failure::new(ErrorKind::Unavailable, message)
+    Failure::new(Exit::Unavailable, message)
 }
 
 /// Why `hosts` gave no session, found by resolving each host and opening a

@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, Error as TlsError, InconsistentKeys};
 use zookeeper_client as zk;
 
-use crate::exit::{ErrorKind, Failure};
+use crate::exit::{Exit, Failure};
 use crate::session::secret::Secret;
 use crate::session::{host_name, servers};
 
@@ -218,12 +218,12 @@ fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Fail
             "{host} does not speak TLS on that port: it {answer} \
              (a plain clientPort? TLS needs the server's secureClientPort)"
         );
-        return Ok(Some(Failure::new(ErrorKind::Unavailable, message)));
+        return Ok(Some(Failure::new(Exit::Unavailable, message)));
     }
     Ok(err
         .get_ref()
         .and_then(|e| e.downcast_ref::<TlsError>())
-        .map(|tls_error| Failure::new(ErrorKind::NoPermission, explain(tls_error, tls, name))))
+        .map(|tls_error| Failure::new(Exit::NoPermission, explain(tls_error, tls, name))))
 }
 
 /// The probe's socket, keeping the first bytes the server sent.
