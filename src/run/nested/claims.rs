@@ -4,7 +4,9 @@
 
 use std::cmp::Ordering;
 
-use crate::lock::recipe::{self, Class, LEASE, LockKind, SEMAPHORE_LEASES, Standing};
+use crate::lock::recipe::{
+    self, Class, LEASE, LockKind, SEMAPHORE_LEASES, Standing, sequence_after,
+};
 
 /// The `ZKLOCK_*` variables a run inherited.
 #[derive(Debug, Default)]
@@ -109,12 +111,7 @@ fn held_as(path: &str, node: &str) -> Option<Held> {
         });
     }
     let leases = dir.strip_prefix(path)?.strip_prefix('/')?;
-    (leases == SEMAPHORE_LEASES && lease_sequence(name).is_some()).then_some(Held::Lease)
-}
-
-fn lease_sequence(name: &str) -> Option<&str> {
-    let at = name.rfind(LEASE)?;
-    recipe::parse_sequence(&name[at + LEASE.len()..])
+    (leases == SEMAPHORE_LEASES && sequence_after(name, LEASE).is_some()).then_some(Held::Lease)
 }
 
 /// What ZooKeeper showed of a claimed node, all read in one session.
@@ -175,14 +172,14 @@ fn holds(claim: &Claim, observed: &Observed) -> bool {
     match claim.held {
         Held::Writer | Held::Reader => recipe::standing(&observed.children, name) == Standing::Held,
         Held::Lease => {
-            let (Some(mine), Some(limit)) = (lease_sequence(name), observed.limit) else {
+            let (Some(mine), Some(limit)) = (sequence_after(name, LEASE), observed.limit) else {
                 return false;
             };
             let listed = observed.children.iter().any(|c| c == name);
             let older = observed
                 .children
                 .iter()
-                .filter_map(|c| lease_sequence(c))
+                .filter_map(|c| sequence_after(c, LEASE))
                 .filter(|&seq| recipe::seq_order(seq, mine) == Ordering::Less)
                 .count();
             listed && older < limit as usize
