@@ -22,13 +22,12 @@ use crate::report::{self, Report, Verbosity};
 use crate::session::Session;
 use crate::values::server_time;
 
-/// Reports the queue while waiting and remembers who was first, to say who
-/// held the lock if we give up.
+/// Reports the queue while waiting and remembers who was first in this
+/// session, to say who held the lock if we give up.
 pub struct WaitReport {
     report: Report,
     display: Rc<WaitDisplay>,
     first: Option<String>,
-    first_data: Option<Seen>,
     /// The lock path being taken now (of several, the one that is held).
     pub current: Option<String>,
     /// Set once the queue was looked at (our node created and the queue
@@ -43,7 +42,6 @@ impl Observer for WaitReport {
 
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
         self.looked.set(true);
-        self.first_data = first_data.cloned().or(self.first_data.take());
         if self.first.as_deref() != Some(first) {
             let holder = first_data
                 .and_then(holder::describe)
@@ -80,7 +78,6 @@ impl WaitReport {
             report,
             display,
             first: None,
-            first_data: None,
             current: None,
             looked: Rc::default(),
         }
@@ -95,7 +92,10 @@ impl WaitReport {
         let read = session.client().get_data(first);
         let seen = match tokio::time::timeout(Duration::from_secs(1), read).await {
             Ok(Ok(found)) => Some(Seen::from(found)),
-            _ => self.first_data.clone(),
+            // What the display last read of it, if it is still the first.
+            _ => (self.display.queue.borrow().as_ref())
+                .filter(|queue| queue.first == *first)
+                .and_then(|queue| queue.holder.clone()),
         };
         seen.as_ref()
             .and_then(holder::describe)
