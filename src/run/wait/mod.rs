@@ -53,8 +53,14 @@ impl Observer for WaitReport {
             ));
             self.first = Some(first.to_owned());
         }
-        let path = self.current.as_deref().unwrap_or_default();
-        self.display.waiting(path, ahead, first, first_data);
+        let known = self.display.queue.take().filter(|q| q.first == first);
+        self.display.show(Queue {
+            path: self.current.clone().unwrap_or_default(),
+            ahead,
+            first: first.to_owned(),
+            holder: first_data.cloned().or(known.and_then(|q| q.holder)),
+            pool: None,
+        });
     }
 
     fn wants_data(&self) -> bool {
@@ -67,8 +73,11 @@ impl Observer for WaitReport {
             "all {holders} permits are taken; waiting for one"
         ));
         self.first = None;
-        let path = self.current.as_deref().unwrap_or_default();
-        self.display.pool_full(path, holders);
+        self.display.show(Queue {
+            path: self.current.clone().unwrap_or_default(),
+            pool: Some(holders),
+            ..Queue::default()
+        });
     }
 }
 
@@ -166,27 +175,8 @@ impl WaitDisplay {
         self.mode == Mode::Line
     }
 
-    /// `ahead` contenders precede us in `path`, the first being `first`;
-    /// `data` is its node if read this time.
-    pub fn waiting(&self, path: &str, ahead: usize, first: &str, data: Option<&Seen>) {
-        let known = self.queue.take().filter(|q| q.first == first);
-        *self.queue.borrow_mut() = Some(Queue {
-            path: path.to_owned(),
-            ahead,
-            first: first.to_owned(),
-            holder: data.cloned().or(known.and_then(|q| q.holder)),
-            pool: None,
-        });
-        self.redraw();
-    }
-
-    /// All `holders` permits of the semaphore at `path` are taken.
-    pub fn pool_full(&self, path: &str, holders: usize) {
-        *self.queue.borrow_mut() = Some(Queue {
-            path: path.to_owned(),
-            pool: Some(holders),
-            ..Queue::default()
-        });
+    fn show(&self, queue: Queue) {
+        *self.queue.borrow_mut() = Some(queue);
         self.redraw();
     }
 
