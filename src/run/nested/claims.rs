@@ -204,14 +204,15 @@ pub enum Decision {
 /// the others would take locks out of the bytewise order while the
 /// enclosing run holds its own, which can deadlock against a third run.
 pub fn decide(requested: &[&str], kind: LockKind, verdicts: &[Option<Verdict>]) -> Decision {
-    let at = |wanted: fn(&Verdict) -> bool| {
+    // The first path whose verdict is `wanted`.
+    let at = |wanted: fn(Option<&Verdict>) -> bool| {
         requested
             .iter()
             .zip(verdicts)
-            .find(|(_, v)| v.as_ref().is_some_and(wanted))
+            .find(|(_, v)| wanted(v.as_ref()))
             .map(|(path, _)| *path)
     };
-    if let Some(path) = at(|v| *v == Verdict::Upgrade) {
+    if let Some(path) = at(|v| v == Some(&Verdict::Upgrade)) {
         let how = match kind {
             LockKind::Write => "for writing",
             _ => "exclusively",
@@ -221,12 +222,8 @@ pub fn decide(requested: &[&str], kind: LockKind, verdicts: &[Option<Verdict>]) 
              wait for that run forever; take it exclusively in the enclosing run"
         ));
     }
-    let reentered = at(|v| matches!(v, Verdict::Reenter { .. }));
-    let other = requested
-        .iter()
-        .zip(verdicts)
-        .find(|(_, v)| !matches!(v, Some(Verdict::Reenter { .. })))
-        .map(|(path, _)| *path);
+    let reentered = at(|v| matches!(v, Some(Verdict::Reenter { .. })));
+    let other = at(|v| !matches!(v, Some(Verdict::Reenter { .. })));
     match (reentered, other) {
         (None, _) => Decision::Normal,
         (Some(held), Some(other)) => Decision::Refuse(format!(
