@@ -105,13 +105,11 @@ async fn observe(client: &zk::Client, claim: &Claim) -> Result<Observed> {
         Err(zk::Error::NoNode) => return Ok(Observed::default()),
         Err(err) => return Err(err).context(format!("reading {}", claim.node)),
     };
-    let children = retrying(|| client.list_children(dir))
-        .await
-        .or_else(|err| match err {
-            zk::Error::NoNode => Ok(Vec::new()),
-            err => Err(err),
-        })
-        .with_context(|| format!("listing {dir}"))?;
+    let children = match retrying(|| client.list_children(dir)).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(err) => return Err(err).context(format!("listing {dir}")),
+    };
     let limit = match claim.held {
         Held::Lease => match retrying(|| client.get_data(&claim.path)).await {
             Ok((data, _)) => recipe::decode_limit(&data),
