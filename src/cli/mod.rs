@@ -11,8 +11,8 @@ use crate::values::{LockPath, ZnodePath};
 pub mod reference;
 mod run;
 
-pub use run::ENVIRONMENT_HELP;
-pub use run::RunArgs;
+pub use run::{ENVIRONMENT_HELP, RunArgs};
+
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
 ///
 /// Exactly one `zklock run` per lock path runs its command at a time, on any

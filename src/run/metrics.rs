@@ -165,16 +165,16 @@ impl MetricsFile {
                     .filter(|&seconds| seconds <= now_seconds)
             });
         let now = Instant::now();
-        let report = Report {
-            label: &self.label,
+        let acquired = facts.acquired.get();
+        self.replace(&render(
+            &self.label,
             outcome,
-            exit_status: code,
-            waited: facts.acquired.get().map_or(now, |a| a.0) - facts.started,
-            held: facts.acquired.get().map_or(Duration::ZERO, |a| now - a.0),
-            fencing_token: facts.acquired.get().map(|a| a.2),
+            code,
+            acquired.map_or(now, |a| a.0) - facts.started,
+            acquired.map_or(Duration::ZERO, |a| now - a.0),
+            acquired.map(|a| a.2),
             last_success,
-        };
-        self.replace(&report.render())
+        ))
     }
 
     fn replace(&self, text: &str) -> std::io::Result<()> {
@@ -211,72 +211,71 @@ fn previous_last_success(text: &str, label: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
 }
 
-/// The metrics of one run.
-struct Report<'a> {
-    label: &'a str,
-    outcome: &'static str,
+/// The report of one run, every metric a gauge.
+fn render(
+    label: &str,
+    outcome: &str,
     exit_status: u8,
     waited: Duration,
     held: Duration,
     fencing_token: Option<i64>,
     last_success: Option<f64>,
-}
-
-impl Report<'_> {
-    fn render(&self) -> String {
-        let path = format!("path=\"{}\"", escape_label(self.label));
-        let mut out = String::new();
-        let mut gauge = |name: &str, help: &str, samples: &[(String, String)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            for (labels, value) in samples {
-                let _ = writeln!(out, "{name}{{{labels}}} {value}");
-            }
-        };
-        let outcomes: Vec<(String, String)> = OUTCOMES
-            .iter()
-            .map(|name| {
-                let value = if *name == self.outcome { "1" } else { "0" };
-                (format!("{path},outcome=\"{name}\""), value.to_owned())
-            })
-            .collect();
-        gauge(
-            "zklock_outcome",
-            "How the last zklock run ended: 1 for its outcome, 0 for the others.",
-            &outcomes,
-        );
-        let one = |value: String| vec![(path.clone(), value)];
-        gauge(
+) -> String {
+    let path = format!("path=\"{}\"", escape_label(label));
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, samples: &[(String, &str)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    };
+    let outcomes: Vec<(String, &str)> = OUTCOMES
+        .iter()
+        .map(|name| {
+            let value = if *name == outcome { "1" } else { "0" };
+            (format!("{path},outcome=\"{name}\""), value)
+        })
+        .collect();
+    gauge(
+        "zklock_outcome",
+        "How the last zklock run ended: 1 for its outcome, 0 for the others.",
+        &outcomes,
+    );
+    // The others have one sample; an unknown one is left out.
+    let singles = [
+        (
             "zklock_exit_status",
             "The exit status of the last zklock run.",
-            &one(self.exit_status.to_string()),
-        );
-        gauge(
+            Some(exit_status.to_string()),
+        ),
+        (
             "zklock_wait_seconds",
             "Seconds the last run waited for the lock (connecting included).",
-            &one(format!("{:.3}", self.waited.as_secs_f64())),
-        );
-        gauge(
+            Some(format!("{:.3}", waited.as_secs_f64())),
+        ),
+        (
             "zklock_held_seconds",
             "Seconds the last run held the lock (0 if it never did).",
-            &one(format!("{:.3}", self.held.as_secs_f64())),
-        );
-        if let Some(token) = self.fencing_token {
-            gauge(
-                "zklock_fencing_token",
-                "The fencing token of the last run's lock node (first PATH given).",
-                &one(token.to_string()),
-            );
+            Some(format!("{:.3}", held.as_secs_f64())),
+        ),
+        (
+            "zklock_fencing_token",
+            "The fencing token of the last run's lock node (first PATH given).",
+            fencing_token.map(|token| token.to_string()),
+        ),
+        (
+            "zklock_last_success_timestamp_seconds",
+            "When the last successful run started, in seconds since the epoch.",
+            last_success.map(|seconds| format!("{seconds:.3}")),
+        ),
+    ];
+    for (name, help, value) in singles {
+        if let Some(value) = value {
+            gauge(name, help, &[(path.clone(), &value)]);
         }
-        if let Some(seconds) = self.last_success {
-            gauge(
-                "zklock_last_success_timestamp_seconds",
-                "When the last successful run started, in seconds since the epoch.",
-                &one(format!("{seconds:.3}")),
-            );
-        }
-        out
     }
+    out
 }
 
 /// A label value as the exposition format wants it: backslash, double
@@ -299,16 +298,15 @@ mod tests {
 
     #[test]
     fn renders_every_outcome_and_reads_back_the_last_success() {
-        let report = Report {
-            label: "/locks/x",
-            outcome: "skipped",
-            exit_status: 75,
-            waited: Duration::from_millis(1500),
-            held: Duration::from_millis(20),
-            fencing_token: Some(42),
-            last_success: Some(1_700_000_000.5),
-        };
-        let text = report.render();
+        let text = render(
+            "/locks/x",
+            "skipped",
+            75,
+            Duration::from_millis(1500),
+            Duration::from_millis(20),
+            Some(42),
+            Some(1_700_000_000.5),
+        );
         assert!(text.contains("zklock_outcome{path=\"/locks/x\",outcome=\"skipped\"} 1\n"));
         assert!(text.contains("zklock_outcome{path=\"/locks/x\",outcome=\"ran\"} 0\n"));
         assert!(text.contains("# TYPE zklock_exit_status gauge\n"));

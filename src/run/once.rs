@@ -74,9 +74,9 @@ pub async fn check(
         verdict => {
             if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
                 plan.report.note(format_args!(
-                    "running: {lock} last ran successfully {} in the future by the server's clock, \
-                     {}; a success dated further ahead than --once-per {window} is not recent",
-                    format_ms(ahead_ms),
+                    "running: {lock} last ran successfully {}, {}; a success dated further \
+                     ahead than --once-per {window} is not recent",
+                    when(-ahead_ms),
                     who(&last),
                 ));
             }
@@ -96,17 +96,13 @@ fn millis(duration: Duration) -> i64 {
     duration.as_millis().min(i64::MAX as u128) as i64
 }
 
-/// Whole seconds, as humantime writes them.
-fn format_ms(ms: i64) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_secs(ms.unsigned_abs() / 1000))
-}
-
-/// When a recorded run started, `ago_ms` before now on the server's clock.
+/// When a recorded run started, `ago_ms` before now on the server's clock
+/// (negative: after), in whole seconds.
 fn when(ago_ms: i64) -> String {
-    if ago_ms >= 0 {
-        format!("{} ago", format_ms(ago_ms))
-    } else {
-        format!("{} in the future by the server's clock", format_ms(ago_ms))
+    let age = humantime::format_duration(Duration::from_secs(ago_ms.unsigned_abs() / 1000));
+    match ago_ms >= 0 {
+        true => format!("{age} ago"),
+        false => format!("{age} in the future by the server's clock"),
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::cmp::Ordering;
 
-use crate::lock::recipe::{self, Class, LEASE, LockKind, SEMAPHORE_LEASES, Standing};
+use crate::lock::recipe::{
+    self, Class, LEASE, LockKind, SEMAPHORE_LEASES, Standing, sequence_after,
+};
 
 /// The `ZKLOCK_*` variables a run inherited.
 #[derive(Debug, Default)]
@@ -109,12 +111,7 @@ fn held_as(path: &str, node: &str) -> Option<Held> {
         });
     }
     let leases = dir.strip_prefix(path)?.strip_prefix('/')?;
-    (leases == SEMAPHORE_LEASES && lease_sequence(name).is_some()).then_some(Held::Lease)
-}
-
-fn lease_sequence(name: &str) -> Option<&str> {
-    let at = name.rfind(LEASE)?;
-    recipe::parse_sequence(&name[at + LEASE.len()..])
+    (leases == SEMAPHORE_LEASES && sequence_after(name, LEASE).is_some()).then_some(Held::Lease)
 }
 
 /// What ZooKeeper showed of a claimed node, all read in one session.
@@ -175,14 +172,14 @@ fn holds(claim: &Claim, observed: &Observed) -> bool {
     match claim.held {
         Held::Writer | Held::Reader => recipe::standing(&observed.children, name) == Standing::Held,
         Held::Lease => {
-            let (Some(mine), Some(limit)) = (lease_sequence(name), observed.limit) else {
+            let (Some(mine), Some(limit)) = (sequence_after(name, LEASE), observed.limit) else {
                 return false;
             };
             let listed = observed.children.iter().any(|c| c == name);
             let older = observed
                 .children
                 .iter()
-                .filter_map(|c| lease_sequence(c))
+                .filter_map(|c| sequence_after(c, LEASE))
                 .filter(|&seq| recipe::seq_order(seq, mine) == Ordering::Less)
                 .count();
             listed && older < limit as usize
@@ -207,14 +204,15 @@ pub enum Decision {
 /// the others would take locks out of the bytewise order while the
 /// enclosing run holds its own, which can deadlock against a third run.
 pub fn decide(requested: &[&str], kind: LockKind, verdicts: &[Option<Verdict>]) -> Decision {
-    let at = |wanted: fn(&Verdict) -> bool| {
+    // The first path whose verdict is `wanted`.
+    let at = |wanted: fn(Option<&Verdict>) -> bool| {
         requested
             .iter()
             .zip(verdicts)
-            .find(|(_, v)| v.as_ref().is_some_and(wanted))
+            .find(|(_, v)| wanted(v.as_ref()))
             .map(|(path, _)| *path)
     };
-    if let Some(path) = at(|v| *v == Verdict::Upgrade) {
+    if let Some(path) = at(|v| v == Some(&Verdict::Upgrade)) {
         let how = match kind {
             LockKind::Write => "for writing",
             _ => "exclusively",
@@ -224,12 +222,8 @@ pub fn decide(requested: &[&str], kind: LockKind, verdicts: &[Option<Verdict>]) 
              wait for that run forever; take it exclusively in the enclosing run"
         ));
     }
-    let reentered = at(|v| matches!(v, Verdict::Reenter { .. }));
-    let other = requested
-        .iter()
-        .zip(verdicts)
-        .find(|(_, v)| !matches!(v, Some(Verdict::Reenter { .. })))
-        .map(|(path, _)| *path);
+    let reentered = at(|v| matches!(v, Some(Verdict::Reenter { .. })));
+    let other = at(|v| !matches!(v, Some(Verdict::Reenter { .. })));
     match (reentered, other) {
         (None, _) => Decision::Normal,
         (Some(held), Some(other)) => Decision::Refuse(format!(

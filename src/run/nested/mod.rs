@@ -32,36 +32,32 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>>
         Step::Go(connected) => connected,
         Step::End(exit) => return Ok(Step::End(exit)),
     };
-    let mut verdicts = Vec::new();
-    for claim in &claims {
-        let verdict = match claim {
-            Some(claim) => match observe(session.client(), claim).await {
-                Ok(observed) => Some(claims::verdict(claim, plan.kind, &observed)),
-                Err(err) => {
-                    let _ = session.close(&[]).await;
-                    return Err(err);
+    let decided = async {
+        let mut verdicts = Vec::new();
+        for claim in &claims {
+            verdicts.push(match claim {
+                Some(claim) => {
+                    let observed = observe(session.client(), claim).await?;
+                    Some(claims::verdict(claim, plan.kind, &observed))
                 }
-            },
-            None => None,
-        };
-        verdicts.push(verdict);
-    }
-    let held = match claims::decide(&plan.paths, plan.kind, &verdicts) {
-        Decision::Normal => {
-            let _ = session.close(&[]).await;
-            return Ok(Step::Go(()));
+                None => None,
+            });
         }
-        Decision::Refuse(message) => {
-            let _ = session.close(&[]).await;
-            return Err(Failure::usage(message));
-        }
-        Decision::Reenter(_) if plan.args.once_per.is_some() => {
-            session.close(&[]).await;
-            return Err(Failure::usage(
+        match claims::decide(&plan.paths, plan.kind, &verdicts) {
+            Decision::Normal => Ok(None),
+            Decision::Refuse(message) => Err(Failure::usage(message)),
+            Decision::Reenter(_) if plan.args.once_per.is_some() => Err(Failure::usage(
                 "--once-per cannot run under the enclosing zklock run's lock",
-            ));
+            )),
+            Decision::Reenter(held) => Ok(Some(held)),
         }
-        Decision::Reenter(held) => held,
+    };
+    let held = match decided.await {
+        Ok(Some(held)) => held,
+        other => {
+            session.close(&[]).await;
+            return other.map(|_| Step::Go(()));
+        }
     };
     let held: Vec<Node> = held
         .into_iter()
@@ -109,13 +105,11 @@ async fn observe(client: &zk::Client, claim: &Claim) -> Result<Observed> {
         Err(zk::Error::NoNode) => return Ok(Observed::default()),
         Err(err) => return Err(err).context(format!("reading {}", claim.node)),
     };
-    let children = retrying(|| client.list_children(dir))
-        .await
-        .or_else(|err| match err {
-            zk::Error::NoNode => Ok(Vec::new()),
-            err => Err(err),
-        })
-        .with_context(|| format!("listing {dir}"))?;
+    let children = match retrying(|| client.list_children(dir)).await {
+        Ok(children) => children,
+        Err(zk::Error::NoNode) => Vec::new(),
+        Err(err) => return Err(err).context(format!("listing {dir}")),
+    };
     let limit = match claim.held {
         Held::Lease => match retrying(|| client.get_data(&claim.path)).await {
             Ok((data, _)) => recipe::decode_limit(&data),

@@ -22,13 +22,12 @@ use crate::report::{self, Report, Verbosity};
 use crate::session::Session;
 use crate::values::server_time;
 
-/// Reports the queue while waiting and remembers who was first, to say who
-/// held the lock if we give up.
+/// Reports the queue while waiting and remembers who was first in this
+/// session, to say who held the lock if we give up.
 pub struct WaitReport {
     report: Report,
     display: Rc<WaitDisplay>,
     first: Option<String>,
-    first_data: Option<Seen>,
     /// The lock path being taken now (of several, the one that is held).
     pub current: Option<String>,
     /// Set once the queue was looked at (our node created and the queue
@@ -43,7 +42,6 @@ impl Observer for WaitReport {
 
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
         self.looked.set(true);
-        self.first_data = first_data.cloned().or(self.first_data.take());
         if self.first.as_deref() != Some(first) {
             let holder = first_data
                 .and_then(holder::describe)
@@ -55,8 +53,14 @@ impl Observer for WaitReport {
             ));
             self.first = Some(first.to_owned());
         }
-        let path = self.current.as_deref().unwrap_or_default();
-        self.display.waiting(path, ahead, first, first_data);
+        let known = self.display.queue.take().filter(|q| q.first == first);
+        self.display.show(Queue {
+            path: self.current.clone().unwrap_or_default(),
+            ahead,
+            first: first.to_owned(),
+            holder: first_data.cloned().or(known.and_then(|q| q.holder)),
+            pool: None,
+        });
     }
 
     fn wants_data(&self) -> bool {
@@ -69,8 +73,11 @@ impl Observer for WaitReport {
             "all {holders} permits are taken; waiting for one"
         ));
         self.first = None;
-        let path = self.current.as_deref().unwrap_or_default();
-        self.display.pool_full(path, holders);
+        self.display.show(Queue {
+            path: self.current.clone().unwrap_or_default(),
+            pool: Some(holders),
+            ..Queue::default()
+        });
     }
 }
 
@@ -80,7 +87,6 @@ impl WaitReport {
             report,
             display,
             first: None,
-            first_data: None,
             current: None,
             looked: Rc::default(),
         }
@@ -95,7 +101,10 @@ impl WaitReport {
         let read = session.client().get_data(first);
         let seen = match tokio::time::timeout(Duration::from_secs(1), read).await {
             Ok(Ok(found)) => Some(Seen::from(found)),
-            _ => self.first_data.clone(),
+            // What the display last read of it, if it is still the first.
+            _ => (self.display.queue.borrow().as_ref())
+                .filter(|queue| queue.first == *first)
+                .and_then(|queue| queue.holder.clone()),
         };
         seen.as_ref()
             .and_then(holder::describe)
@@ -166,27 +175,8 @@ impl WaitDisplay {
         self.mode == Mode::Line
     }
 
-    /// `ahead` contenders precede us in `path`, the first being `first`;
-    /// `data` is its node if read this time.
-    pub fn waiting(&self, path: &str, ahead: usize, first: &str, data: Option<&Seen>) {
-        let known = self.queue.take().filter(|q| q.first == first);
-        *self.queue.borrow_mut() = Some(Queue {
-            path: path.to_owned(),
-            ahead,
-            first: first.to_owned(),
-            holder: data.cloned().or(known.and_then(|q| q.holder)),
-            pool: None,
-        });
-        self.redraw();
-    }
-
-    /// All `holders` permits of the semaphore at `path` are taken.
-    pub fn pool_full(&self, path: &str, holders: usize) {
-        *self.queue.borrow_mut() = Some(Queue {
-            path: path.to_owned(),
-            pool: Some(holders),
-            ..Queue::default()
-        });
+    fn show(&self, queue: Queue) {
+        *self.queue.borrow_mut() = Some(queue);
         self.redraw();
     }
 
