@@ -71,6 +71,11 @@ impl Child {
     /// waiting for the lock: off the path from release to the next start.
     pub fn prepare(argv: &[OsString]) -> Result<Prepared> {
         let program = program(argv)?;
+        // Orphans of the command become our children, not init's: so that
+        // the group's members are all found among our descendants (see
+        // `running_members`), and reaped by us.
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(|err| spawn_error(program, err.into()))?;
         let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
             program: program.clone(),
@@ -135,20 +140,15 @@ impl Child {
         running_members(self.pgid, self.keeper.pid()) > 0
     }
 
-    /// Reaps the command; returns the signal that stopped it, if that is
-    /// what happened. As PID 1 (a container's init) it reaps every child:
-    /// orphaned zombies would keep the group alive forever.
+    /// Reaps every child that exited: the command, and the orphans of its
+    /// processes, which are ours as a subreaper (and as PID 1, a container's
+    /// init); returns the signal that stopped the command, if that is what
+    /// happened.
     fn reap(&mut self) -> Option<i32> {
-        let orphans_are_ours = rustix::process::getpid().is_init();
         let options = WaitOptions::NOHANG | WaitOptions::UNTRACED;
         let mut stopped = None;
         loop {
-            let reaped = if orphans_are_ours {
-                rustix::process::wait(options)
-            } else {
-                rustix::process::waitpid(Some(self.pid), options)
-            };
-            let Ok(Some((pid, status))) = reaped else {
+            let Ok(Some((pid, status))) = rustix::process::wait(options) else {
                 return stopped;
             };
             if let Some(signal) = status.stopping_signal() {
@@ -161,9 +161,6 @@ impl Child {
                     self.take_back_terminal();
                 }
                 self.keeper.note_reaped(pid);
-            }
-            if !orphans_are_ours {
-                return stopped;
             }
         }
     }
@@ -231,19 +228,34 @@ impl Child {
     }
 }
 
-/// Scans /proc for the processes of group `pgid` that are not zombies,
-/// nor `keeper`; errs on the side of "alive" (1) when /proc cannot be read.
+/// How many processes of group `pgid` but `keeper` are running (not
+/// zombies). All of them descend from the command, which is our child, and
+/// orphans come back to us (we are a subreaper): so walking our descendants
+/// through /proc/PID/task/TID/children finds them, reading a few files where
+/// a scan of /proc would read one per process on the machine. Errs on the
+/// side of "running" when /proc cannot be read.
 fn running_members(pgid: Pid, keeper: Pid) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let children = |pid: &str| -> Option<Vec<String>> {
+        let mut found = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+            let list = std::fs::read_to_string(task.path().join("children")).ok()?;
+            found.extend(list.split_whitespace().map(str::to_owned));
+        }
+        Some(found)
+    };
+    let Some(mut todo) = children("self") else {
         return 1;
     };
-    let running = |entry: &std::fs::DirEntry| {
-        let pid = entry.file_name().to_str().and_then(|n| n.parse().ok());
-        pid.is_some_and(|pid: i32| pid != keeper.as_raw_pid())
-            && std::fs::read_to_string(entry.path().join("stat"))
-                .is_ok_and(|stat| running_in_group(&stat, pgid.as_raw_pid()))
-    };
-    entries.flatten().filter(running).count()
+    let mut running = 0;
+    while let Some(pid) = todo.pop() {
+        if pid == keeper.as_raw_pid().to_string() {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        running += usize::from(running_in_group(&stat, pgid.as_raw_pid()));
+        todo.extend(children(&pid).unwrap_or_default());
+    }
+    running
 }
 
 /// Parses `/proc/PID/stat`: `pid (comm) state ppid pgrp ...`, where comm may
