@@ -11,6 +11,9 @@ use serde::Deserialize;
 use crate::session::options::Options;
 use crate::session::secret;
 
+/// The environment variable of `--config`.
+pub const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
