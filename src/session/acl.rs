@@ -261,8 +261,8 @@ mod tests {
         assert!(!AclPolicy::default_for(true).explicit);
         let zk = AclPolicy::default_for(true).to_zk();
         assert_eq!(zk[0].scheme(), "auth");
-        assert_eq!(zk[0].permission(), zk::Permission::ALL);
-        assert_eq!(zk[1].permission(), zk::Permission::READ);
+        assert_eq!(zk[0].permission(), Permission::ALL);
+        assert_eq!(zk[1].permission(), Permission::READ);
     }
 
     #[test]
