@@ -204,10 +204,12 @@ fn entry(node: ChildNode, kind: EntryKind, held: bool) -> Entry {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
 
-    fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
+    /// A child created at `czxid` seconds, its data written half a second
+    /// later.
+    pub fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
         ChildNode {
             name: name.into(),
             stat: NodeStat {
