@@ -84,12 +84,6 @@ impl LockPath {
     }
 }
 
-impl fmt::Display for LockPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 impl FromStr for LockPath {
     type Err = String;
 
