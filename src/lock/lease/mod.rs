@@ -138,7 +138,7 @@ fn fmt_tenths(d: Duration) -> String {
 }
 
 enum Probe {
-    /// The session and our nodes were there at this instant.
+    /// The session and our nodes were there at this instant (the last reply).
     Alive(Instant),
     Lost(LossReason),
     Unreachable,
@@ -165,16 +165,15 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner
         }
         Ok(Err(_)) | Err(_) => return Probe::Unreachable,
     };
-    let mut replied = Instant::now();
     for node in nodes {
         match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
-            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => replied = Instant::now(),
+            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => {}
             Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
             Ok(Err(zk::Error::NoNode)) => return Probe::Lost(format!("{node} was deleted")),
             Ok(Err(_)) | Err(_) => return Probe::Unreachable,
         }
     }
-    Probe::Alive(replied)
+    Probe::Alive(Instant::now())
 }
 
 /// The first of `nodes` found lost; `watches` are those already set on
