@@ -311,14 +311,9 @@ mod tests {
         let data = HolderData::ours(&argv, None).acquired(1).to_bytes();
         assert!(data.len() < MAX_COMMAND_BYTES + 512, "{}", data.len());
         let text = describe(&seen(&data)).unwrap();
-        assert!(
-            text.ends_with(&format!(
-                "x…[+{} bytes]",
-                100 * 1001 - 1 - MAX_COMMAND_BYTES
-            )),
-            "{}",
-            &text[text.len() - 40..]
-        );
+        let cut = 100 * 1001 - 1 - MAX_COMMAND_BYTES;
+        let end = &text[text.len() - 40..];
+        assert!(text.ends_with(&format!("x…[+{cut} bytes]")), "{end}");
     }
 
     #[test]

@@ -348,39 +348,32 @@ mod tests {
     fn a_failure_waits_out_retry_after_from_its_start() {
         let ok = Record::default().with_run(run(0, 0, 1));
         let failed = ok.with_run(run(30 * HOUR, 1, 2));
+        // A window of 20 hours, and a --retry-after of 2.
+        let decide_at = |record: &Record, now| decide(record, now, 20 * HOUR, 2 * HOUR);
         // Without --retry-after, the next run retries at once.
         assert_eq!(decide(&failed, 30 * HOUR + 1, 20 * HOUR, 0), Verdict::Run);
         assert_eq!(
-            decide(&failed, 31 * HOUR, 20 * HOUR, 2 * HOUR),
+            decide_at(&failed, 31 * HOUR),
             Verdict::Retry {
                 failed: run(30 * HOUR, 1, 2),
                 ago_ms: HOUR
             }
         );
-        assert_eq!(
-            decide(&failed, 32 * HOUR, 20 * HOUR, 2 * HOUR),
-            Verdict::Run
-        );
+        assert_eq!(decide_at(&failed, 32 * HOUR), Verdict::Run);
         // A recent success still says so first; a success after the
         // failure ends the wait.
         assert!(matches!(
-            decide(&failed, 10 * HOUR, 20 * HOUR, 2 * HOUR),
+            decide_at(&failed, 10 * HOUR),
             Verdict::Skip { .. }
         ));
         let recovered = failed.with_run(run(31 * HOUR, 0, 3));
-        assert_eq!(
-            decide(&recovered, 52 * HOUR, 20 * HOUR, 2 * HOUR),
-            Verdict::Run
-        );
+        assert_eq!(decide_at(&recovered, 52 * HOUR), Verdict::Run);
         // A failure dated ahead: within RETRY of now waits, further is bogus.
         assert!(matches!(
-            decide(&failed, 29 * HOUR, 20 * HOUR, 2 * HOUR),
+            decide_at(&failed, 29 * HOUR),
             Verdict::Retry { ago_ms, .. } if ago_ms == -HOUR
         ));
-        assert_eq!(
-            decide(&failed, 27 * HOUR, 20 * HOUR, 2 * HOUR),
-            Verdict::Run
-        );
+        assert_eq!(decide_at(&failed, 27 * HOUR), Verdict::Run);
     }
 
     #[test]

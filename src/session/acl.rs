@@ -176,17 +176,17 @@ impl AclPolicy {
         if missing.is_empty() {
             return Ok(());
         }
-        let who = identities
+        let who: Vec<String> = identities
             .iter()
             .map(|(s, id)| format!("{s}:{id}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect();
         Err(format!(
-            "the ACL `{}` denies {} to this session's identity ({who}); zklock needs READ, \
+            "the ACL `{}` denies {} to this session's identity ({}); zklock needs READ, \
              CREATE and DELETE (or other contenders of the same identity could not queue) \
              and WRITE (to mark its node as holding and write the --once-per record)",
             self.describe(),
-            missing.join(", ")
+            missing.join(", "),
+            who.join(", ")
         ))
     }
 
