@@ -188,15 +188,13 @@ pub fn entry_text(entry: &EntryJson) -> String {
         (_, Some(waited)) => format!("waits for {}", human_age(waited)),
         _ => String::new(),
     };
+    // Their names in the JSON: `read`, `curator`, ...
+    let name = |value: serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+    let kind = name(serde_json::json!(entry.kind));
     let client = match entry.client {
         Client::Zklock => String::new(),
-        Client::Curator => " (curator)".to_owned(),
-        Client::Kazoo => " (kazoo)".to_owned(),
+        other => format!(" ({})", name(serde_json::json!(other))),
     };
-    let kind = serde_json::to_value(entry.kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
     let mut text = format!(
         "  {:>2}. {role} (since {}), {kind}{client}, token {}, session {}\n      {}\n",
         entry.position, entry.since, entry.fencing_token, entry.session_id, entry.node

@@ -176,12 +176,10 @@ fn entry_kind(name: &str, class: Class) -> EntryKind {
 
 fn entry(node: ChildNode, kind: EntryKind, held: bool) -> Entry {
     let holder = HolderData::parse(&node.data);
-    let client = if !node.name.starts_with("_c_") {
-        Client::Kazoo
-    } else if holder.is_some() {
-        Client::Zklock
-    } else {
-        Client::Curator
+    let client = match (node.name.starts_with("_c_"), holder.is_some()) {
+        (false, _) => Client::Kazoo,
+        (true, true) => Client::Zklock,
+        (true, false) => Client::Curator,
     };
     // Only a zklock holder records when it took the lock; for the others
     // the best known time is when they queued.
