@@ -171,11 +171,11 @@ pub fn runs_text(last_run: &Option<RunRecord>, last_success: &Option<RunRecord>)
 
 /// `2026-11-23T02:00:00.123Z for 3m 2s on web1 (user deploy), exit 0, token 42`.
 fn run_text(run: &RunRecord) -> String {
-    let took = Duration::from_secs((run.end_ms - run.start_ms).max(0) as u64 / 1000);
+    let took = (run.end_ms - run.start_ms) as f64 / 1000.0;
     format!(
         "{} for {} {}, exit {}, token {}",
         run.start,
-        humantime::format_duration(took),
+        human_age(took),
         on_host(&run.host, run.user.as_deref()),
         run.exit_status,
         run.fencing_token
@@ -188,15 +188,13 @@ pub fn entry_text(entry: &EntryJson) -> String {
         (_, Some(waited)) => format!("waits for {}", human_age(waited)),
         _ => String::new(),
     };
+    // Their names in the JSON: `read`, `curator`, ...
+    let name = |value: serde_json::Value| value.as_str().unwrap_or_default().to_owned();
+    let kind = name(serde_json::json!(entry.kind));
     let client = match entry.client {
         Client::Zklock => String::new(),
-        Client::Curator => " (curator)".to_owned(),
-        Client::Kazoo => " (kazoo)".to_owned(),
+        other => format!(" ({})", name(serde_json::json!(other))),
     };
-    let kind = serde_json::to_value(entry.kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
     let mut text = format!(
         "  {:>2}. {role} (since {}), {kind}{client}, token {}, session {}\n      {}\n",
         entry.position, entry.since, entry.fencing_token, entry.session_id, entry.node
@@ -213,7 +211,6 @@ pub fn entry_text(entry: &EntryJson) -> String {
 fn holder_text(holder: &HolderData) -> String {
     let who = holder.who(Detail::Full);
     match holder.what() {
-        Some(what) if who.is_empty() => format!(": {what}"),
         Some(what) => format!("{who}: {what}"),
         None => who,
     }
@@ -224,30 +221,22 @@ mod tests {
     use super::*;
     use std::time::UNIX_EPOCH;
 
-    use crate::lock::directory::{ChildNode, NodeStat, plain_lock};
+    use crate::lock::directory::plain_lock;
+    use crate::lock::directory::tests::node;
 
     #[test]
     fn json_fields_and_positions() {
-        let node = |name: &str, czxid: i64, data: &str| ChildNode {
-            name: name.into(),
-            stat: NodeStat {
-                czxid,
-                ctime: 1_700_000_000_000,
-                mtime: 1_700_000_060_000,
-                version: 1,
-                ephemeral_owner: 0x1234,
-            },
-            data: data.as_bytes().to_vec(),
-        };
         let view = plain_lock(vec![
             node(
                 "_c_a-lock-0000000001",
                 5,
+                0x1234,
                 r#"{"host":"h","pid":9,"zklock_pid":8,"acquired":true,"command":"x\ny"}"#,
             ),
-            node("_c_b-lock-0000000002", 6, "10.0.0.1"),
+            node("_c_b-lock-0000000002", 6, 0x1234, "10.0.0.1"),
         ]);
-        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_120);
+        // The holder's write at 5.5 s, the waiter queued at 6 s.
+        let now = UNIX_EPOCH + Duration::from_millis(65_500);
         let json = lock_json("/l", &view, now);
         let value = serde_json::to_value(&json).unwrap();
         assert_eq!(value["kind"], "exclusive");
@@ -256,13 +245,13 @@ mod tests {
         assert_eq!(holder["position"], 1);
         assert_eq!(holder["fencing_token"], 5);
         assert_eq!(holder["session_id"], "0x1234");
-        assert_eq!(holder["since"], "2023-11-14T22:14:20Z");
+        assert_eq!(holder["since"], "1970-01-01T00:00:05Z");
         assert_eq!(holder["held_seconds"], 60.0);
         assert_eq!(holder["holder"]["pid"], 9);
         let waiter = &value["waiting"][0];
         assert_eq!(waiter["position"], 2);
         assert_eq!(waiter["client"], "curator");
-        assert_eq!(waiter["waited_seconds"], 120.0);
+        assert_eq!(waiter["waited_seconds"], 59.5);
         assert_eq!(waiter["data"], "10.0.0.1");
         let text = lock_text(&json);
         assert!(

@@ -84,12 +84,6 @@ impl LockPath {
     }
 }
 
-impl fmt::Display for LockPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 impl FromStr for LockPath {
     type Err = String;
 
@@ -139,11 +133,8 @@ fn validate_znode_path(path: &str) -> Result<(), String> {
         return Err(format!("`{path}` ends with /"));
     }
     if let Some(bad) = path.chars().find(|&c| is_forbidden_char(c)) {
-        return Err(format!(
-            "`{}` contains the forbidden character {:?}",
-            path.escape_debug(),
-            bad
-        ));
+        let path = path.escape_debug();
+        return Err(format!("`{path}` contains the forbidden character {bad:?}"));
     }
     if path.len() > 1 {
         for component in path[1..].split('/') {

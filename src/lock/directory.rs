@@ -60,9 +60,10 @@ pub struct Entry {
 }
 
 /// What a lock path is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PathKind {
     /// No contender at all (or the path does not exist).
+    #[default]
     Free,
     Exclusive,
     /// Readers and writers (read/write nodes present).
@@ -73,7 +74,7 @@ pub enum PathKind {
 }
 
 /// A lock path's holders and queue, in order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct LockView {
     pub kind: PathKind,
     pub holders: Vec<Entry>,
@@ -87,11 +88,7 @@ pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
         Some((contender.class, contender.seq))
     });
     let classes: Vec<Class> = queue.iter().map(|(class, _)| *class).collect();
-    let mut view = LockView {
-        kind: PathKind::Free,
-        holders: Vec::new(),
-        waiting: Vec::new(),
-    };
+    let mut view = LockView::default();
     for ((class, node), held) in queue.into_iter().zip(recipe::holding(&classes)) {
         let kind = entry_kind(&node.name, class);
         view.kind = match kind {
@@ -179,20 +176,17 @@ fn entry_kind(name: &str, class: Class) -> EntryKind {
 
 fn entry(node: ChildNode, kind: EntryKind, held: bool) -> Entry {
     let holder = HolderData::parse(&node.data);
-    let client = if !node.name.starts_with("_c_") {
-        Client::Kazoo
-    } else if holder.is_some() {
-        Client::Zklock
-    } else {
-        Client::Curator
+    let client = match (node.name.starts_with("_c_"), holder.is_some()) {
+        (false, _) => Client::Kazoo,
+        (true, true) => Client::Zklock,
+        (true, false) => Client::Curator,
     };
     // Only a zklock holder records when it took the lock; for the others
     // the best known time is when they queued.
     let acquired = held && holder.as_ref().and_then(|h| h.acquired) == Some(true);
-    let since = if acquired {
-        node.stat.mtime
-    } else {
-        node.stat.ctime
+    let since = match acquired {
+        true => node.stat.mtime,
+        false => node.stat.ctime,
     };
     Entry {
         node,
@@ -204,10 +198,12 @@ fn entry(node: ChildNode, kind: EntryKind, held: bool) -> Entry {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
 
-    fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
+    /// A child created at `czxid` seconds, its data written half a second
+    /// later.
+    pub fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
         ChildNode {
             name: name.into(),
             stat: NodeStat {

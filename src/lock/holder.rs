@@ -131,13 +131,10 @@ impl HolderData {
 /// `on web1 (user deploy)`, escaped to one line: where a holder (or a
 /// recorded run) ran.
 pub fn on_host(host: &str, user: Option<&str>) -> String {
+    let host = escape_controls(host);
     match user {
-        Some(user) => format!(
-            "on {} (user {})",
-            escape_controls(host),
-            escape_controls(user)
-        ),
-        None => format!("on {}", escape_controls(host)),
+        Some(user) => format!("on {host} (user {})", escape_controls(user)),
+        None => format!("on {host}"),
     }
 }
 
@@ -192,34 +189,30 @@ pub fn describe(seen: &Seen) -> Option<String> {
     if data.pid.is_none() && data.zklock_pid.is_none() {
         return None;
     }
-    let mut text = data.who(Detail::Full);
     // Before its one write, a holder has only queued (or is starting its
     // command).
     let (since, at) = match data.acquired == Some(true) {
         true => ("since", seen.mtime),
         false => ("queued since", seen.ctime),
     };
-    text.push_str(&format!(
-        " {since} {}",
-        rfc3339(server_time(at), Precision::Seconds)
-    ));
-    if let Some(what) = data.what() {
-        text.push_str(&format!(": {what}"));
-    }
-    Some(text)
+    let at = rfc3339(server_time(at), Precision::Seconds);
+    let what = data
+        .what()
+        .map(|what| format!(": {what}"))
+        .unwrap_or_default();
+    Some(format!("{} {since} {at}{what}", data.who(Detail::Full)))
 }
 
 /// Shows control characters (newlines, escape sequences) as Rust escapes.
 pub fn escape_controls(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c.is_control() {
+            true => escaped.extend(c.escape_debug()),
+            false => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 fn hostname() -> String {
@@ -301,16 +294,8 @@ mod tests {
         let mut keys: Vec<&str> = fields.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
-            keys,
-            [
-                "acquired",
-                "host",
-                "label",
-                "pid",
-                "user",
-                "version",
-                "zklock_pid"
-            ]
+            keys.join(","),
+            "acquired,host,label,pid,user,version,zklock_pid"
         );
         assert_eq!(fields["label"], "nightly");
         assert!(!String::from_utf8_lossy(&own.to_bytes()).contains("hunter2"));
@@ -326,14 +311,9 @@ mod tests {
         let data = HolderData::ours(&argv, None).acquired(1).to_bytes();
         assert!(data.len() < MAX_COMMAND_BYTES + 512, "{}", data.len());
         let text = describe(&seen(&data)).unwrap();
-        assert!(
-            text.ends_with(&format!(
-                "x…[+{} bytes]",
-                100 * 1001 - 1 - MAX_COMMAND_BYTES
-            )),
-            "{}",
-            &text[text.len() - 40..]
-        );
+        let cut = 100 * 1001 - 1 - MAX_COMMAND_BYTES;
+        let end = &text[text.len() - 40..];
+        assert!(text.ends_with(&format!("x…[+{cut} bytes]")), "{end}");
     }
 
     #[test]

@@ -61,12 +61,9 @@ impl Record {
     /// The record after `run`: always the last run, and the last success
     /// if it exited 0.
     pub fn with_run(&self, run: RunRecord) -> Record {
+        let success = (run.exit_status == 0).then(|| run.clone());
         Record {
-            last_success: if run.exit_status == 0 {
-                Some(run.clone())
-            } else {
-                self.last_success.clone()
-            },
+            last_success: success.or_else(|| self.last_success.clone()),
             last_run: Some(run),
         }
     }
@@ -240,14 +237,11 @@ pub async fn record(
                 Err(err) => return Err(err).with_context(|| format!("reading {path}")),
             },
         };
-        if let Some(later) = record
-            .last_run
-            .as_ref()
-            .filter(|last| last.fencing_token > run.fencing_token)
-        {
+        let last = record.last_run.as_ref();
+        if let Some(later) = last.filter(|last| last.fencing_token > run.fencing_token) {
             return Ok(Recorded::Superseded(later.clone()));
         }
-        if record.last_run.as_ref() == Some(run) {
+        if last == Some(run) {
             // Our own write, whose reply was lost.
             return Ok(Recorded::Done);
         }
@@ -282,6 +276,8 @@ mod tests {
     use super::*;
     use crate::lock::recipe::{SEMAPHORE_GATE, SEMAPHORE_LEASES};
 
+    const HOUR: i64 = 3_600_000;
+
     fn run(start_ms: i64, exit_status: u8, token: i64) -> RunRecord {
         RunRecord {
             start_ms,
@@ -311,95 +307,85 @@ mod tests {
 
     #[test]
     fn window_decides_on_the_last_success_start() {
-        let hour = 3_600_000;
         let empty = Record::default();
-        assert_eq!(decide(&empty, 5 * hour, hour, 0), Verdict::Run);
-        let ran = empty.with_run(run(2 * hour, 0, 7));
+        assert_eq!(decide(&empty, 5 * HOUR, HOUR, 0), Verdict::Run);
+        let ran = empty.with_run(run(2 * HOUR, 0, 7));
         assert_eq!(
-            decide(&ran, 2 * hour + 1000, hour, 0),
+            decide(&ran, 2 * HOUR + 1000, HOUR, 0),
             Verdict::Skip {
-                last: run(2 * hour, 0, 7),
+                last: run(2 * HOUR, 0, 7),
                 ago_ms: 1000
             }
         );
-        assert_eq!(decide(&ran, 3 * hour, hour, 0), Verdict::Run);
+        assert_eq!(decide(&ran, 3 * HOUR, HOUR, 0), Verdict::Run);
         // A server clock behind the record's by up to the window: recent.
         assert_eq!(
-            decide(&ran, 2 * hour - 5000, hour, 0),
+            decide(&ran, 2 * HOUR - 5000, HOUR, 0),
             Verdict::Skip {
-                last: run(2 * hour, 0, 7),
+                last: run(2 * HOUR, 0, 7),
                 ago_ms: -5000
             }
         );
-        assert!(matches!(decide(&ran, hour, hour, 0), Verdict::Skip { .. }));
+        assert!(matches!(decide(&ran, HOUR, HOUR, 0), Verdict::Skip { .. }));
         // Further ahead than the window: not believed.
         assert_eq!(
-            decide(&ran, hour - 1, hour, 0),
+            decide(&ran, HOUR - 1, HOUR, 0),
             Verdict::RunPastFuture {
-                last: run(2 * hour, 0, 7),
-                ahead_ms: hour + 1
+                last: run(2 * HOUR, 0, 7),
+                ahead_ms: HOUR + 1
             }
         );
         let absurd = empty.with_run(run(i64::MAX, 0, 7));
         assert!(matches!(
-            decide(&absurd, hour, hour, hour),
+            decide(&absurd, HOUR, HOUR, HOUR),
             Verdict::RunPastFuture { .. }
         ));
         let ancient = empty.with_run(run(i64::MIN, 0, 7));
-        assert_eq!(decide(&ancient, hour, hour, hour), Verdict::Run);
+        assert_eq!(decide(&ancient, HOUR, HOUR, HOUR), Verdict::Run);
     }
 
     #[test]
     fn a_failure_waits_out_retry_after_from_its_start() {
-        let hour = 3_600_000;
         let ok = Record::default().with_run(run(0, 0, 1));
-        let failed = ok.with_run(run(30 * hour, 1, 2));
+        let failed = ok.with_run(run(30 * HOUR, 1, 2));
+        // A window of 20 hours, and a --retry-after of 2.
+        let decide_at = |record: &Record, now| decide(record, now, 20 * HOUR, 2 * HOUR);
         // Without --retry-after, the next run retries at once.
-        assert_eq!(decide(&failed, 30 * hour + 1, 20 * hour, 0), Verdict::Run);
+        assert_eq!(decide(&failed, 30 * HOUR + 1, 20 * HOUR, 0), Verdict::Run);
         assert_eq!(
-            decide(&failed, 31 * hour, 20 * hour, 2 * hour),
+            decide_at(&failed, 31 * HOUR),
             Verdict::Retry {
-                failed: run(30 * hour, 1, 2),
-                ago_ms: hour
+                failed: run(30 * HOUR, 1, 2),
+                ago_ms: HOUR
             }
         );
-        assert_eq!(
-            decide(&failed, 32 * hour, 20 * hour, 2 * hour),
-            Verdict::Run
-        );
+        assert_eq!(decide_at(&failed, 32 * HOUR), Verdict::Run);
         // A recent success still says so first; a success after the
         // failure ends the wait.
         assert!(matches!(
-            decide(&failed, 10 * hour, 20 * hour, 2 * hour),
+            decide_at(&failed, 10 * HOUR),
             Verdict::Skip { .. }
         ));
-        let recovered = failed.with_run(run(31 * hour, 0, 3));
-        assert_eq!(
-            decide(&recovered, 52 * hour, 20 * hour, 2 * hour),
-            Verdict::Run
-        );
+        let recovered = failed.with_run(run(31 * HOUR, 0, 3));
+        assert_eq!(decide_at(&recovered, 52 * HOUR), Verdict::Run);
         // A failure dated ahead: within RETRY of now waits, further is bogus.
         assert!(matches!(
-            decide(&failed, 29 * hour, 20 * hour, 2 * hour),
-            Verdict::Retry { ago_ms, .. } if ago_ms == -hour
+            decide_at(&failed, 29 * HOUR),
+            Verdict::Retry { ago_ms, .. } if ago_ms == -HOUR
         ));
-        assert_eq!(
-            decide(&failed, 27 * hour, 20 * hour, 2 * hour),
-            Verdict::Run
-        );
+        assert_eq!(decide_at(&failed, 27 * HOUR), Verdict::Run);
     }
 
     #[test]
     fn the_reported_success_is_never_after_now() {
-        let hour = 3_600_000;
-        assert_eq!(reported_success(&Record::default(), hour, hour), None);
-        let ran = Record::default().with_run(run(2 * hour, 0, 7));
-        assert_eq!(reported_success(&ran, 5 * hour, hour), Some(2 * hour));
+        assert_eq!(reported_success(&Record::default(), HOUR, HOUR), None);
+        let ran = Record::default().with_run(run(2 * HOUR, 0, 7));
+        assert_eq!(reported_success(&ran, 5 * HOUR, HOUR), Some(2 * HOUR));
         assert_eq!(
-            reported_success(&ran, 2 * hour - 10, hour),
-            Some(2 * hour - 10)
+            reported_success(&ran, 2 * HOUR - 10, HOUR),
+            Some(2 * HOUR - 10)
         );
-        assert_eq!(reported_success(&ran, hour - 1, hour), None);
+        assert_eq!(reported_success(&ran, HOUR - 1, HOUR), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! our own identity can still queue and write under it.
 
 use zookeeper_client as zk;
+use zookeeper_client::Permission;
 
 /// `creator`: all permissions for the identities the session authenticated
 /// as (ZooKeeper's `auth` scheme, `Acls::creator_all()`).
@@ -11,38 +12,33 @@ pub const CREATOR: &str = "creator";
 /// credentials).
 pub const OPEN: &str = "open";
 
-/// ZooKeeper's permission bits, in zkCli's letters, in the order zkCli
-/// writes them.
-const PERMS: [(char, i32, zk::Permission, &str); 5] = [
-    ('c', 4, zk::Permission::CREATE, "CREATE"),
-    ('d', 8, zk::Permission::DELETE, "DELETE"),
-    ('r', 1, zk::Permission::READ, "READ"),
-    ('w', 2, zk::Permission::WRITE, "WRITE"),
-    ('a', 16, zk::Permission::ADMIN, "ADMIN"),
+/// ZooKeeper's permissions, in zkCli's letters, in the order zkCli writes
+/// them.
+const PERMS: [(char, Permission); 5] = [
+    ('c', Permission::CREATE),
+    ('d', Permission::DELETE),
+    ('r', Permission::READ),
+    ('w', Permission::WRITE),
+    ('a', Permission::ADMIN),
 ];
 
 /// What zklock must be able to do with the ACL it gives: list a lock's
 /// parent, create its node in it and delete that node again (else other
 /// contenders of its identity could not queue), and write its node (marking
 /// it as holding) and the `--once-per` record.
-const NEEDED: [&str; 4] = ["READ", "WRITE", "CREATE", "DELETE"];
+const NEEDED: [Permission; 4] = [
+    Permission::READ,
+    Permission::WRITE,
+    Permission::CREATE,
+    Permission::DELETE,
+];
 
-/// One ACL entry as given: `scheme:id:perms`, or a shorthand.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AclEntry {
-    pub scheme: String,
-    pub id: String,
-    /// ZooKeeper's bit set: r=1 w=2 c=4 d=8 a=16.
-    pub perms: i32,
-}
-
-/// Parses one `--acl` value into its entries (`creator` and `open` stand for
-/// one entry each).
-pub fn parse(text: &str) -> Result<Vec<AclEntry>, String> {
+/// Parses one `--acl` entry: `scheme:id:perms`, `creator` or `open`.
+pub fn parse(text: &str) -> Result<zk::Acl, String> {
     let text = text.trim();
     match text {
-        CREATOR => return Ok(vec![entry("auth", "", 31)]),
-        OPEN => return Ok(vec![entry("world", "anyone", 31)]),
+        CREATOR => return Ok(entry("auth", "", Permission::ALL)),
+        OPEN => return Ok(entry("world", "anyone", Permission::ALL)),
         _ => {}
     }
     let bad = || {
@@ -73,35 +69,39 @@ pub fn parse(text: &str) -> Result<Vec<AclEntry>, String> {
         }
         _ => {}
     }
-    Ok(vec![entry(scheme, id, perms)])
+    Ok(entry(scheme, id, perms))
 }
 
-fn entry(scheme: &str, id: &str, perms: i32) -> AclEntry {
-    AclEntry {
-        scheme: scheme.to_owned(),
-        id: id.to_owned(),
-        perms,
-    }
+fn entry(scheme: &str, id: &str, perms: Permission) -> zk::Acl {
+    zk::Acl::new(perms, zk::AuthId::new(scheme, id))
 }
 
 /// `cdrwa` in any order and subset, as zkCli takes it.
-fn parse_perms(text: &str) -> Result<i32, String> {
+fn parse_perms(text: &str) -> Result<Permission, String> {
     if text.is_empty() {
         return Err("no permissions given (use letters of cdrwa)".into());
     }
-    text.chars().try_fold(0, |perms, c| {
-        let (_, bit, ..) = PERMS
+    text.chars().try_fold(Permission::NONE, |perms, c| {
+        let (_, perm) = PERMS
             .iter()
             .find(|(letter, ..)| *letter == c)
             .ok_or_else(|| format!("unknown permission `{c}` (use letters of cdrwa)"))?;
-        Ok(perms | bit)
+        Ok(perms | *perm)
     })
+}
+
+/// `perms` in zkCli's letters.
+fn letters(perms: Permission) -> String {
+    (PERMS.iter())
+        .filter(|(_, perm)| perms.has(*perm))
+        .map(|(letter, ..)| letter)
+        .collect()
 }
 
 /// The ACL zklock applies to every node it creates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AclPolicy {
-    pub entries: Vec<AclEntry>,
+    entries: Vec<zk::Acl>,
     /// Given by the user (flag, environment, config), as opposed to the default.
     pub explicit: bool,
 }
@@ -112,9 +112,12 @@ impl AclPolicy {
     /// without, open as before.
     pub fn default_for(authenticated: bool) -> AclPolicy {
         let entries = if authenticated {
-            vec![entry("auth", "", 31), entry("world", "anyone", 1)]
+            vec![
+                entry("auth", "", Permission::ALL),
+                entry("world", "anyone", Permission::READ),
+            ]
         } else {
-            vec![entry("world", "anyone", 31)]
+            vec![entry("world", "anyone", Permission::ALL)]
         };
         AclPolicy {
             entries,
@@ -122,15 +125,12 @@ impl AclPolicy {
         }
     }
 
-    /// Parses the `--acl` values given (one or more each); duplicates are
-    /// merged by ZooKeeper, so they are kept as given.
+    /// Parses the `--acl` values given; duplicates are merged by ZooKeeper,
+    /// so they are kept as given.
     pub fn parse_all<S: AsRef<str>>(values: &[S]) -> Result<AclPolicy, String> {
-        let mut entries = Vec::new();
-        for value in values {
-            entries.extend(parse(value.as_ref())?);
-        }
+        let entries = values.iter().map(|value| parse(value.as_ref()));
         Ok(AclPolicy {
-            entries,
+            entries: entries.collect::<Result<_, _>>()?,
             explicit: true,
         })
     }
@@ -138,19 +138,11 @@ impl AclPolicy {
     /// Whether the policy grants something to the session's authenticated
     /// identities (which need credentials to exist).
     pub fn uses_creator(&self) -> bool {
-        self.entries.iter().any(|e| e.scheme == "auth")
+        self.entries.iter().any(|e| e.scheme() == "auth")
     }
 
     pub fn to_zk(&self) -> Vec<zk::Acl> {
-        self.entries
-            .iter()
-            .map(|e| {
-                let perms = (PERMS.iter())
-                    .filter(|(_, bit, ..)| e.perms & bit != 0)
-                    .fold(zk::Permission::NONE, |all, (_, _, p, _)| all | *p);
-                zk::Acl::new(perms, zk::AuthId::new(&e.scheme, &e.id))
-            })
-            .collect()
+        self.entries.clone()
     }
 
     /// Refuses a policy under which a contender with our `identities` (as
@@ -162,10 +154,10 @@ impl AclPolicy {
         let authenticated = identities
             .iter()
             .any(|(scheme, _)| scheme != "ip" && scheme != "world");
-        let ours = |e: &AclEntry| match e.scheme.as_str() {
+        let ours = |e: &zk::Acl| match e.scheme() {
             "world" => true,
             "auth" => authenticated,
-            scheme => identities.iter().any(|(s, id)| s == scheme && *id == e.id),
+            scheme => identities.iter().any(|(s, id)| s == scheme && id == e.id()),
         };
         if self.uses_creator() && !authenticated {
             return Err(format!(
@@ -174,28 +166,27 @@ impl AclPolicy {
                 self.describe()
             ));
         }
-        let granted = self
-            .entries
-            .iter()
+        let granted = (self.entries.iter())
             .filter(|e| ours(e))
-            .fold(0, |all, e| all | e.perms);
-        let missing: Vec<&str> = (NEEDED.into_iter())
-            .filter(|name| PERMS.iter().any(|p| p.3 == *name && granted & p.1 == 0))
+            .fold(Permission::NONE, |all, e| all | e.permission());
+        let missing: Vec<String> = (NEEDED.into_iter())
+            .filter(|perm| !granted.has(*perm))
+            .map(|perm| perm.to_string())
             .collect();
         if missing.is_empty() {
             return Ok(());
         }
-        let who = identities
+        let who: Vec<String> = identities
             .iter()
             .map(|(s, id)| format!("{s}:{id}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect();
         Err(format!(
-            "the ACL `{}` denies {} to this session's identity ({who}); zklock needs READ, \
+            "the ACL `{}` denies {} to this session's identity ({}); zklock needs READ, \
              CREATE and DELETE (or other contenders of the same identity could not queue) \
              and WRITE (to mark its node as holding and write the --once-per record)",
             self.describe(),
-            missing.join(", ")
+            missing.join(", "),
+            who.join(", ")
         ))
     }
 
@@ -203,16 +194,9 @@ impl AclPolicy {
     pub fn describe(&self) -> String {
         self.entries
             .iter()
-            .map(|e| {
-                let perms: String = (PERMS.iter())
-                    .filter(|(_, bit, ..)| e.perms & bit != 0)
-                    .map(|(c, ..)| c)
-                    .collect();
-                if e.scheme == "auth" && e.perms == 31 {
-                    CREATOR.to_owned()
-                } else {
-                    format!("{}:{}:{perms}", e.scheme, e.id)
-                }
+            .map(|e| match (e.scheme(), e.permission()) {
+                ("auth", Permission::ALL) => CREATOR.to_owned(),
+                (scheme, perms) => format!("{scheme}:{}:{}", e.id(), letters(perms)),
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -231,17 +215,19 @@ mod tests {
 
     #[test]
     fn parses_zkcli_syntax_and_shorthands() {
+        let (all, read) = (Permission::ALL, Permission::READ);
+        let cdr = Permission::CREATE | Permission::DELETE | read;
         for (text, scheme, id, perms) in [
-            ("sasl:backup:cdrwa", "sasl", "backup", 31),
-            ("world:anyone:r", "world", "anyone", 1),
-            ("digest:alice:Xy+z/0=:rcd", "digest", "alice:Xy+z/0=", 13),
-            ("x509:CN=client,O=Test:cdr", "x509", "CN=client,O=Test", 13),
-            ("ip:::1:r", "ip", "::1", 1),
-            ("creator", "auth", "", 31),
-            ("open", "world", "anyone", 31),
-            ("auth::cdr", "auth", "", 13),
+            ("sasl:backup:cdrwa", "sasl", "backup", all),
+            ("world:anyone:r", "world", "anyone", read),
+            ("digest:alice:Xy+z/0=:rcd", "digest", "alice:Xy+z/0=", cdr),
+            ("x509:CN=client,O=Test:cdr", "x509", "CN=client,O=Test", cdr),
+            ("ip:::1:r", "ip", "::1", read),
+            ("creator", "auth", "", all),
+            ("open", "world", "anyone", all),
+            ("auth::cdr", "auth", "", cdr),
         ] {
-            assert_eq!(parse(text).unwrap(), [entry(scheme, id, perms)], "{text}");
+            assert_eq!(parse(text).unwrap(), entry(scheme, id, perms), "{text}");
         }
     }
 
@@ -275,8 +261,8 @@ mod tests {
         assert!(!AclPolicy::default_for(true).explicit);
         let zk = AclPolicy::default_for(true).to_zk();
         assert_eq!(zk[0].scheme(), "auth");
-        assert_eq!(zk[0].permission(), zk::Permission::ALL);
-        assert_eq!(zk[1].permission(), zk::Permission::READ);
+        assert_eq!(zk[0].permission(), Permission::ALL);
+        assert_eq!(zk[1].permission(), Permission::READ);
     }
 
     #[test]

@@ -11,6 +11,9 @@ use serde::Deserialize;
 use crate::session::options::Options;
 use crate::session::secret;
 
+/// The environment variable of `--config`.
+pub const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -71,14 +74,11 @@ impl Loaded {
 /// Parses the text of a config file; errors name the file and the line.
 pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, String> {
     toml::from_str(text).map_err(|err| {
-        let line = err
-            .span()
-            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let line =
+            (err.span()).map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let line = line.map(|line| format!(":{line}")).unwrap_or_default();
         let message = err.message().replace('\n', " ");
-        match line {
-            Some(line) => format!("{}:{line}: {message}", path.display()),
-            None => format!("{}: {message}", path.display()),
-        }
+        format!("{}{line}: {message}", path.display())
     })
 }
 

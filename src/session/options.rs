@@ -14,7 +14,7 @@ use serde::de::{Deserializer, Error as _};
 use crate::exit::Failure;
 use crate::session::Settings;
 use crate::session::acl::AclPolicy;
-use crate::session::config::{self, Loaded};
+use crate::session::config::{self, CONFIG_ENV, Loaded};
 use crate::session::secret::{PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
 use crate::values::{HostList, Seconds, Target};
 
@@ -43,12 +43,7 @@ pub struct Options {
 
     /// The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or
     /// ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]
-    #[arg(
-        long,
-        value_name = "FILE",
-        env = "ZKLOCK_CONFIG",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "FILE", env = CONFIG_ENV, hide_env_values = true)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
 

@@ -106,8 +106,6 @@ mod tests {
         let missing = dir.join("missing");
         let err = read_password_file(&missing).unwrap_err();
         assert!(err.contains(&missing.display().to_string()), "{err}");
-
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(check_private(&file).is_ok());
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
         let err = check_private(&file).unwrap_err();

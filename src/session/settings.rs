@@ -10,7 +10,7 @@ use zookeeper_client as zk;
 
 use crate::exit::Failure;
 use crate::session::acl::AclPolicy;
-use crate::session::config::Loaded;
+use crate::session::config::{CONFIG_ENV, Loaded};
 use crate::session::connection_timeout_for;
 use crate::session::options::Options;
 use crate::session::secret::{self, PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
@@ -21,8 +21,6 @@ use crate::values::{HostList, Seconds, Target};
 const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_KERBEROS_SERVICE: &str = "zookeeper";
-/// The environment variable of `--config`.
-const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
 
 /// SASL, which runs on every connection before anything else.
 #[derive(Debug, Clone)]
@@ -50,10 +48,8 @@ pub struct Settings {
     /// `addauth digest user:password`, sent on every connection.
     pub digest: Option<(String, Secret)>,
     pub acl: AclPolicy,
-    /// The `--password-file` the password was read from, and the config file
-    /// named by `--config`, made absolute ([`Settings::passed_on`]).
-    pub password_file: Option<PathBuf>,
-    pub config_file: Option<PathBuf>,
+    /// See [`Settings::passed_on`].
+    passed_on: Vec<(&'static str, String)>,
 }
 
 impl Settings {
@@ -144,12 +140,16 @@ impl Settings {
             ));
         }
         let absolute = |file: &PathBuf| std::path::absolute(file).unwrap_or_else(|_| file.clone());
-        let password_file = (given.password_file.as_ref())
-            .filter(|_| sasl.is_some() || digest.is_some())
-            .map(absolute);
-        let config_file = loaded
-            .filter(|_| given.config.is_some())
-            .map(|l| absolute(&l.path));
+        let password_file = given.password_file.as_ref();
+        let password_file = password_file.filter(|_| sasl.is_some() || digest.is_some());
+        let config_file = loaded.filter(|_| given.config.is_some()).map(|l| &l.path);
+        let passed_on = [
+            (PASSWORD_FILE_ENV, password_file),
+            (CONFIG_ENV, config_file),
+        ];
+        let passed_on = (passed_on.into_iter())
+            .filter_map(|(name, file)| Some((name, absolute(file?).to_str()?.to_owned())))
+            .collect();
         Ok(Settings {
             hosts,
             session_timeout: timeout(options.session_timeout),
@@ -158,23 +158,16 @@ impl Settings {
             sasl,
             digest,
             acl,
-            password_file,
-            config_file,
+            passed_on,
         })
     }
 
     /// What the command's environment needs so that a nested zklock
     /// authenticates as we did, without writing the password anywhere new:
-    /// the names of the `--password-file` and `--config` files given (the
+    /// the `--password-file` and `--config` files given, made absolute (the
     /// `ZKLOCK_*` variables set are inherited as they are).
     pub fn passed_on(&self) -> Vec<(&'static str, String)> {
-        [
-            (PASSWORD_FILE_ENV, &self.password_file),
-            (CONFIG_ENV, &self.config_file),
-        ]
-        .into_iter()
-        .filter_map(|(name, file)| Some((name, file.as_ref()?.to_str()?.to_owned())))
-        .collect()
+        self.passed_on.clone()
     }
 
     /// A connector with every setting but the session to attach to.
@@ -313,13 +306,16 @@ mod tests {
 
     #[test]
     fn nothing_given_means_the_defaults() {
-        let s = resolve(&[], None).unwrap();
-        assert_eq!(s.hosts.connect_string(), "127.0.0.1:2181");
-        assert_eq!(s.session_timeout, Duration::from_secs(10));
-        assert_eq!(s.connect_timeout, Duration::from_secs(10));
-        assert!(s.tls.is_none() && s.sasl.is_none() && s.digest.is_none());
-        assert_eq!(s.acl, AclPolicy::default_for(false));
-        assert_eq!(s.credentials(), "no credentials");
+        // An empty user name is none.
+        for args in [&[][..], &["--sasl-user", "", "--digest-user", ""]] {
+            let s = resolve(args, None).unwrap();
+            assert_eq!(s.hosts.connect_string(), "127.0.0.1:2181");
+            assert_eq!(s.session_timeout, Duration::from_secs(10));
+            assert_eq!(s.connect_timeout, Duration::from_secs(10));
+            assert!(s.tls.is_none() && s.sasl.is_none() && s.digest.is_none());
+            assert_eq!(s.acl, AclPolicy::default_for(false));
+            assert_eq!(s.credentials(), "no credentials");
+        }
     }
 
     #[test]
@@ -377,20 +373,17 @@ mod tests {
     #[test]
     fn passwords_in_open_config_files_are_refused() {
         let dir = temp_dir("open");
-        let text = "[ensembles.p]\nhosts = \"h\"\ndigest-user = \"u\"\npassword = \"pw\"\n";
+        let text = "[ensembles.p]\nhosts = \"h\"\ndigest-user = \"u\"\npassword = \"pw\"\n\
+                    [ensembles.q]\nhosts = \"h2\"\n";
         let file = write(&dir, text, 0o644);
-        let err = resolve(&["-z", "@p"], Some(&file)).unwrap_err();
-        assert!(err.contains("accessible by group or others"), "{err}");
-        assert!(!err.contains("pw\""), "{err}");
         // Whichever ensemble is used, hosts given directly included.
-        let both = write(
-            &dir,
-            &format!("{text}[ensembles.q]\nhosts = \"h2\"\n"),
-            0o644,
-        );
-        for target in ["@q", "h3:2181"] {
-            let err = resolve(&["-z", target], Some(&both)).unwrap_err();
-            assert!(err.contains("chmod 600"), "{target}: {err}");
+        for target in ["@p", "@q", "h3:2181"] {
+            let err = resolve(&["-z", target], Some(&file)).unwrap_err();
+            assert!(err.contains("accessible by group or others"), "{err}");
+            assert!(
+                err.contains("chmod 600") && !err.contains("pw\""),
+                "{target}: {err}"
+            );
         }
         let file = write(&dir, text, 0o600);
         let s = resolve(&["-z", "@p"], Some(&file)).unwrap();
@@ -398,13 +391,6 @@ mod tests {
         // Credentials make the default ACL creator + world read.
         assert_eq!(s.acl.describe(), "creator,world:anyone:r");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn empty_user_names_are_unset() {
-        let s = resolve(&["--sasl-user", "", "--digest-user", ""], None).unwrap();
-        assert!(s.sasl.is_none() && s.digest.is_none());
-        assert_eq!(s.credentials(), "no credentials");
     }
 
     #[test]

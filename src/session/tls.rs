@@ -61,12 +61,8 @@ impl Tls {
         let ca = read("CA file", &ca_file)?;
         let file = format!("the TLS CA file {}", ca_file.display());
         holds(&file, &ca, "a certificate", is_cert)?;
-        let options = zk::TlsOptions::new().with_pem_ca(&ca).map_err(|_| {
-            format!(
-                "the TLS CA file {} holds no PEM certificate",
-                ca_file.display()
-            )
-        })?;
+        let options = (zk::TlsOptions::new().with_pem_ca(&ca))
+            .map_err(|_| format!("{file} holds no PEM certificate"))?;
         let (identity, options) = match (cert, key) {
             (None, None) => (None, options),
             (Some(cert_file), Some(key_file)) => {
@@ -79,11 +75,10 @@ impl Tls {
                         key_file.display()
                     )
                 })?;
-                let key = Secret::new(key);
                 let identity = Identity {
                     cert_file,
                     cert,
-                    key,
+                    key: Secret::new(key),
                 };
                 (Some(identity), options)
             }
@@ -156,27 +151,21 @@ fn check_identity(
     key_pem: &str,
     key_file: &Path,
 ) -> Result<(), String> {
-    let (cert_file, key_file) = (cert_file.display(), key_file.display());
-    let cert = format!("the TLS certificate {cert_file}");
+    let cert = format!("the TLS certificate {}", cert_file.display());
+    let key = format!("the TLS key {}", key_file.display());
     holds(&cert, cert_pem, "a certificate", is_cert)?;
-    holds(
-        &format!("the TLS key {key_file}"),
-        key_pem,
-        "a private key",
-        is_key,
-    )?;
+    holds(&key, key_pem, "a private key", is_key)?;
     // The same check rustls makes when the handshake needs our identity.
     let builder =
         rustls::ClientConfig::builder().with_root_certificates(rustls::RootCertStore::empty());
     match with_identity(builder, cert_pem, key_pem) {
         Ok(_) => Ok(()),
         Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(format!(
-            "the TLS key {key_file} is not the key of the certificate {cert_file}"
+            "{key} is not the key of the certificate {}",
+            cert_file.display()
         )),
-        Err(TlsError::InvalidCertificate(err)) => Err(format!(
-            "the TLS certificate {cert_file} cannot be used: {err}"
-        )),
-        Err(err) => Err(format!("the TLS key {key_file} cannot be used: {err}")),
+        Err(TlsError::InvalidCertificate(err)) => Err(format!("{cert} cannot be used: {err}")),
+        Err(err) => Err(format!("{key} cannot be used: {err}")),
     }
 }
 

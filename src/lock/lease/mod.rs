@@ -51,23 +51,17 @@ pub async fn lost(
     report: Report,
 ) -> LossReason {
     let mut states = client.state_watcher();
-    let mut deadline = None;
-    // When the disconnection was noticed, for saying how long it lasted.
-    let mut lost_at = None;
-    if states.peek_state() == zk::SessionState::Disconnected {
-        deadline = Some(Instant::now() + policy.grace());
-        lost_at = Some(Instant::now());
-        say_lost(report, policy);
-    }
+    // While disconnected: when that was noticed, and the lease deadline.
+    let disconnected = states.peek_state() == zk::SessionState::Disconnected;
+    let mut outage = disconnected.then(|| outage_begins(report, policy));
     let check_nodes = |watches| {
-        let from = unwatched_from.clone();
         Box::pin(any_node_lost(
             client,
             nodes,
             watches,
-            from,
+            &unwatched_from,
             owner,
-            policy.poll_nodes,
+            policy,
         ))
     };
     let mut node_check = check_nodes(watches);
@@ -75,20 +69,19 @@ pub async fn lost(
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
     loop {
-        if deadline.is_some() && probing.is_none() && Instant::now() >= next_probe {
+        if outage.is_some() && probing.is_none() && Instant::now() >= next_probe {
             probing = Some(Box::pin(probe(reattach, nodes, policy, owner)));
         }
         tokio::select! {
             reason = &mut node_check => return reason,
             state = states.changed() => match state {
                 zk::SessionState::SyncConnected => {
-                    if let Some(at) = lost_at.take() {
+                    if let Some((since, _)) = outage.take() {
                         report.info(format_args!(
                             "connection to ZooKeeper restored after {}; still holding",
-                            fmt_tenths(at.elapsed())
+                            fmt_tenths(since.elapsed())
                         ));
                     }
-                    deadline = None;
                     probing = None;
                     // Check that our node survived the disconnection.
                     node_check = check_nodes(Vec::new());
@@ -97,11 +90,9 @@ pub async fn lost(
                     if policy.on_disconnect == OnDisconnect::Kill {
                         return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
                     }
-                    if deadline.is_none() {
-                        deadline = Some(Instant::now() + policy.grace());
+                    if outage.is_none() {
+                        outage = Some(outage_begins(report, policy));
                         next_probe = Instant::now() + probe_interval;
-                        lost_at = Some(Instant::now());
-                        say_lost(report, policy);
                     }
                 }
                 zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
@@ -112,22 +103,23 @@ pub async fn lost(
                 probing = None;
                 next_probe = Instant::now() + probe_interval;
                 match outcome {
-                    Probe::Alive(replied) => deadline = deadline.map(|_| replied + policy.grace()),
+                    Probe::Alive(replied) => outage = outage.map(|(since, _)| (since, replied + policy.grace())),
                     Probe::Lost(reason) => return reason,
                     Probe::Unreachable => {}
                 }
             }
-            () = sleep_until(next_probe), if deadline.is_some() && probing.is_none() => {}
-            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+            () = sleep_until(next_probe), if outage.is_some() && probing.is_none() => {}
+            () = sleep_until(outage.map_or_else(Instant::now, |(_, deadline)| deadline)), if outage.is_some() => {
                 return "disconnected from ZooKeeper past the lease deadline (the session may expire)".into();
             }
         }
     }
 }
 
-/// The `-v` line for a disconnection while holding, with the lease
-/// deadline as a time of day (UTC: the same on every host's log) and from now.
-fn say_lost(report: Report, policy: LeasePolicy) {
+/// A disconnection while holding begins: now, and the lease deadline. Says
+/// so with `-v`, the deadline as a time of day (UTC: the same on every
+/// host's log) and from now.
+fn outage_begins(report: Report, policy: LeasePolicy) -> (Instant, Instant) {
     let grace = policy.grace();
     let until = rfc3339(SystemTime::now() + grace, Precision::Seconds);
     // `YYYY-MM-DDTHH:MM:SSZ`: the time of day is all a reader needs here.
@@ -137,6 +129,7 @@ fn say_lost(report: Report, policy: LeasePolicy) {
          unless the connection comes back (--on-disconnect lease)",
         fmt_tenths(grace)
     ));
+    (Instant::now(), Instant::now() + grace)
 }
 
 /// A duration to a tenth of a second, as `1.2s`.
@@ -145,7 +138,7 @@ fn fmt_tenths(d: Duration) -> String {
 }
 
 enum Probe {
-    /// The session and our nodes were there at this instant.
+    /// The session and our nodes were there at this instant (the last reply).
     Alive(Instant),
     Lost(LossReason),
     Unreachable,
@@ -172,16 +165,15 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner
         }
         Ok(Err(_)) | Err(_) => return Probe::Unreachable,
     };
-    let mut replied = Instant::now();
     for node in nodes {
         match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
-            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => replied = Instant::now(),
+            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => {}
             Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
             Ok(Err(zk::Error::NoNode)) => return Probe::Lost(format!("{node} was deleted")),
             Ok(Err(_)) | Err(_) => return Probe::Unreachable,
         }
     }
-    Probe::Alive(replied)
+    Probe::Alive(Instant::now())
 }
 
 /// The first of `nodes` found lost; `watches` are those already set on
@@ -190,11 +182,11 @@ async fn any_node_lost(
     client: &zk::Client,
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
-    unwatched_from: WatchFrom,
+    unwatched_from: &WatchFrom,
     owner: i64,
-    poll: Option<Duration>,
+    policy: LeasePolicy,
 ) -> LossReason {
-    if let Some(interval) = poll {
+    if let Some(interval) = policy.poll_nodes {
         // Dropped while connected: the library removes them from the server now.
         drop(watches);
         return nodes_lost_polling(client, nodes, owner, interval).await;

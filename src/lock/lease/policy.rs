@@ -103,12 +103,17 @@ pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(5);
 mod tests {
     use super::*;
 
+    /// A session of `t` seconds, with a `--kill-after` of `k` seconds.
     fn policy(t: u64, k: u64, mode: OnDisconnect) -> LeasePolicy {
-        let session_timeout = Duration::from_secs(t);
+        policy_ms(t * 1000, k * 1000, mode)
+    }
+
+    fn policy_ms(t_ms: u64, k_ms: u64, mode: OnDisconnect) -> LeasePolicy {
+        let session_timeout = Duration::from_millis(t_ms);
         LeasePolicy {
             session_timeout,
             connection_timeout: crate::session::connection_timeout_for(session_timeout),
-            kill_after: Duration::from_secs(k),
+            kill_after: Duration::from_millis(k_ms),
             on_disconnect: mode,
             poll_nodes: None,
         }
@@ -132,17 +137,8 @@ mod tests {
 
     #[test]
     fn default_kill_after_fits_the_granted_session() {
-        let default = |t_ms: u64| {
-            let session_timeout = Duration::from_millis(t_ms);
-            LeasePolicy {
-                session_timeout,
-                connection_timeout: crate::session::connection_timeout_for(session_timeout),
-                kill_after: Duration::MAX,
-                on_disconnect: OnDisconnect::Lease,
-                poll_nodes: None,
-            }
-            .with_default_kill_after()
-        };
+        let default =
+            |t_ms| policy_ms(t_ms, u64::MAX, OnDisconnect::Lease).with_default_kill_after();
         assert_eq!(default(60_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
         assert_eq!(default(10_000).unwrap().kill_after, DEFAULT_KILL_AFTER);
         assert_eq!(
