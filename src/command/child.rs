@@ -237,7 +237,10 @@ impl Child {
 fn running_members(pgid: Pid, keeper: Pid) -> usize {
     let children = |pid: &str| -> Option<Vec<String>> {
         let mut found = Vec::new();
-        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+        {
             let list = std::fs::read_to_string(task.path().join("children")).ok()?;
             found.extend(list.split_whitespace().map(str::to_owned));
         }
