@@ -4,26 +4,16 @@
 //! same predicate the acquire loop uses (`recipe::standing`).
 
 use serde::Serialize;
+use zookeeper_client as zk;
 
 use crate::lock::holder::HolderData;
 use crate::lock::recipe::{self, Class, LEASE, LOCK, READ, WRITE};
-
-/// The server's view of one node: what `status` shows of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NodeStat {
-    pub czxid: i64,
-    /// Creation and last data change, milliseconds since the epoch, server clock.
-    pub ctime: i64,
-    pub mtime: i64,
-    pub version: i32,
-    pub ephemeral_owner: i64,
-}
 
 /// A child of a lock directory as read from the server.
 #[derive(Debug, Clone)]
 pub struct ChildNode {
     pub name: String,
-    pub stat: NodeStat,
+    pub stat: zk::Stat,
     pub data: Vec<u8>,
 }
 
@@ -206,12 +196,18 @@ pub mod tests {
     pub fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
         ChildNode {
             name: name.into(),
-            stat: NodeStat {
+            stat: zk::Stat {
                 czxid,
+                mzxid: czxid,
+                pzxid: czxid,
                 ctime: czxid * 1000,
                 mtime: czxid * 1000 + 500,
                 version: 0,
+                cversion: 0,
+                aversion: 0,
                 ephemeral_owner: owner,
+                data_length: data.len() as i32,
+                num_children: 0,
             },
             data: data.as_bytes().to_vec(),
         }

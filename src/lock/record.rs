@@ -6,8 +6,6 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use crate::lock::directory::NodeStat;
-use crate::lock::inspect::node_stat;
 use crate::lock::recipe;
 use crate::session::retrying;
 
@@ -148,10 +146,10 @@ pub fn reported_success(record: &Record, now_ms: i64, window_ms: i64) -> Option<
 const TRIES: usize = 10;
 
 /// The record of the lock at `lock`, if there is one.
-pub async fn read(client: &zk::Client, lock: &str) -> Result<Option<(Record, NodeStat)>> {
+pub async fn read(client: &zk::Client, lock: &str) -> Result<Option<(Record, zk::Stat)>> {
     let path = record_path(lock);
     match retrying(|| client.get_data(&path)).await {
-        Ok((data, stat)) => Ok(Some((Record::parse(&data), node_stat(&stat)))),
+        Ok((data, stat)) => Ok(Some((Record::parse(&data), stat))),
         Err(zk::Error::NoNode) => Ok(None),
         Err(err) => Err(err).with_context(|| format!("reading {path}")),
     }
