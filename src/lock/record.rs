@@ -203,22 +203,23 @@ pub async fn record(
     acls: &[zk::Acl],
 ) -> Result<Recorded> {
     let known = known.map(|(record, version)| (record.to_bytes(), version));
+    let mut later = None;
     let with_run = |data: Option<&[u8]>| {
         let record = data.map(Record::parse).unwrap_or_default();
         let last = record.last_run.as_ref();
-        if let Some(later) = last.filter(|last| last.fencing_token > run.fencing_token) {
-            return Err(Recorded::Superseded(later.clone()));
+        later = last
+            .filter(|last| last.fencing_token > run.fencing_token)
+            .cloned();
+        // Nothing to write past a later run, or our own (a reply lost).
+        match later.is_none() && last != Some(run) {
+            true => Ok(record.with_run(run.clone()).to_bytes()),
+            false => Err(()),
         }
-        if last == Some(run) {
-            // Our own write, whose reply was lost.
-            return Err(Recorded::Done);
-        }
-        Ok(record.with_run(run.clone()).to_bytes())
     };
     let path = record_path(lock);
     let not_done = "this run is not recorded";
-    let stopped = rewrite(client, &path, acls, known, not_done, with_run).await?;
-    Ok(stopped.err().unwrap_or(Recorded::Done))
+    let _stopped = rewrite(client, &path, acls, known, not_done, with_run).await?;
+    Ok(later.map_or(Recorded::Done, Recorded::Superseded))
 }
 
 /// Writes at `path` what `change` makes of its data (`None`: no record
@@ -232,7 +233,7 @@ async fn rewrite<T>(
     acls: &[zk::Acl],
     mut known: Option<(Vec<u8>, i32)>,
     not_done: &str,
-    change: impl Fn(Option<&[u8]>) -> Result<Vec<u8>, T>,
+    mut change: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, T>,
 ) -> Result<Result<(Vec<u8>, zk::Stat), T>> {
     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
     for _ in 0..TRIES {
