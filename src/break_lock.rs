@@ -189,33 +189,20 @@ fn confirmed(target: &Target) -> Result<bool> {
 /// deleted at the data version just read, so a node replaced or rewritten
 /// in between is never deleted blindly.
 async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
-    let czxid = match target.shown {
-        Shown::Node { czxid } => czxid,
-        Shown::Record { version } => {
-            return match retrying(|| client.delete(&target.path, Some(version))).await {
-                Ok(()) => Ok(true),
-                Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
-                Err(err) => Err(err).with_context(|| format!("deleting {}", target.path)),
-            };
-        }
-    };
-    // The holder's own writes change the version; a few tries outlast them.
+    // A holder's own writes change its node's version; a few tries outlast them.
     for _ in 0..5 {
-        let stat = match retrying(|| client.get_data(&target.path)).await {
-            Err(zk::Error::NoNode) => return Ok(false),
-            result => {
-                result
-                    .with_context(|| format!("reading {}", target.path))?
-                    .1
-            }
+        let version = match target.shown {
+            Shown::Record { version } => version,
+            Shown::Node { czxid } => match retrying(|| client.get_data(&target.path)).await {
+                Ok((_, stat)) if stat.czxid == czxid => stat.version,
+                Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
+                Err(err) => return Err(err).with_context(|| format!("reading {}", target.path)),
+            },
         };
-        if stat.czxid != czxid {
-            return Ok(false);
-        }
-        match retrying(|| client.delete(&target.path, Some(stat.version))).await {
+        match retrying(|| client.delete(&target.path, Some(version))).await {
             Ok(()) => return Ok(true),
-            Err(zk::Error::NoNode) => return Ok(false),
-            Err(zk::Error::BadVersion) => continue,
+            Err(zk::Error::BadVersion) if matches!(target.shown, Shown::Node { .. }) => {}
+            Err(zk::Error::NoNode | zk::Error::BadVersion) => return Ok(false),
             Err(err) => return Err(err).with_context(|| format!("deleting {}", target.path)),
         }
     }

@@ -85,14 +85,10 @@ async fn open_dirs(client: &zk::Client, path: &str, guarded: bool) -> Vec<(Strin
         recipe::child(path, SEMAPHORE_LEASES),
         recipe::child(path, SEMAPHORE_GATE),
     ];
-    let asked: Vec<_> = dirs.iter().map(|dir| client.get_acl(dir)).collect();
-    let mut open = Vec::new();
-    for (dir, answer) in dirs.iter().zip(asked) {
-        if let Ok((acl, _)) = answer.await {
-            if let Some(problem) = nodes::open_dir_problem(dir, &acl) {
-                open.push((dir.clone(), problem));
-            }
-        }
-    }
-    open
+    let answers = futures::future::join_all(dirs.iter().map(|dir| client.get_acl(dir))).await;
+    let open = |(dir, answer): (String, Result<(Vec<zk::Acl>, zk::Stat), zk::Error>)| {
+        let problem = nodes::open_dir_problem(&dir, &answer.ok()?.0)?;
+        Some((dir, problem))
+    };
+    dirs.into_iter().zip(answers).filter_map(open).collect()
 }

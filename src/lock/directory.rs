@@ -4,26 +4,16 @@
 //! same predicate the acquire loop uses (`recipe::standing`).
 
 use serde::Serialize;
+use zookeeper_client as zk;
 
 use crate::lock::holder::HolderData;
 use crate::lock::recipe::{self, Class, LEASE, LOCK, READ, WRITE};
-
-/// The server's view of one node: what `status` shows of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NodeStat {
-    pub czxid: i64,
-    /// Creation and last data change, milliseconds since the epoch, server clock.
-    pub ctime: i64,
-    pub mtime: i64,
-    pub version: i32,
-    pub ephemeral_owner: i64,
-}
 
 /// A child of a lock directory as read from the server.
 #[derive(Debug, Clone)]
 pub struct ChildNode {
     pub name: String,
-    pub stat: NodeStat,
+    pub stat: zk::Stat,
     pub data: Vec<u8>,
 }
 
@@ -83,13 +73,12 @@ pub struct LockView {
 
 /// The view of a plain (exclusive or read/write) lock directory.
 pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
-    let queue = in_queue_order(children, |name| {
-        let contender = recipe::parse_contender(name)?;
-        Some((contender.class, contender.seq))
-    });
-    let classes: Vec<Class> = queue.iter().map(|(class, _)| *class).collect();
+    let queue = in_queue_order(children, |name| Some(recipe::parse_contender(name)?.seq));
+    let class = |node: &ChildNode| Some(recipe::parse_contender(&node.name)?.class);
+    let classes: Vec<Class> = queue.iter().filter_map(class).collect();
+    let held = recipe::holding(&classes);
     let mut view = LockView::default();
-    for ((class, node), held) in queue.into_iter().zip(recipe::holding(&classes)) {
+    for ((node, class), held) in queue.into_iter().zip(classes).zip(held) {
         let kind = entry_kind(&node.name, class);
         view.kind = match kind {
             EntryKind::Read | EntryKind::Write => PathKind::Shared,
@@ -110,14 +99,14 @@ pub fn plain_lock(children: Vec<ChildNode>) -> LockView {
 /// still waiting for a permit. A gate node whose session also has a lease is
 /// that lease's owner passing through and is not shown twice.
 pub fn semaphore(limit: u32, leases: Vec<ChildNode>, gate: Vec<ChildNode>) -> LockView {
-    let mut leases = sorted(leases, LEASE);
+    let mut leases = in_queue_order(leases, |name| recipe::sequence_after(name, LEASE));
     let waiting_leases = leases.split_off(leases.len().min(limit as usize));
     let sessions: Vec<i64> = leases
         .iter()
         .chain(&waiting_leases)
         .map(|n| n.stat.ephemeral_owner)
         .collect();
-    let gate = sorted(gate, LOCK)
+    let gate = in_queue_order(gate, |name| recipe::sequence_after(name, LOCK))
         .into_iter()
         .filter(|n| !sessions.contains(&n.stat.ephemeral_owner));
     LockView {
@@ -134,34 +123,16 @@ pub fn semaphore(limit: u32, leases: Vec<ChildNode>, gate: Vec<ChildNode>) -> Lo
     }
 }
 
-/// Children named `..<marker><seq>`, in queue order.
-fn sorted(nodes: Vec<ChildNode>, marker: &str) -> Vec<ChildNode> {
-    in_queue_order(nodes, |name| {
-        Some(((), recipe::sequence_after(name, marker)?))
-    })
-    .into_iter()
-    .map(|((), node)| node)
-    .collect()
-}
-
-/// The nodes whose names `parse` finds a sequence suffix in (with what else
-/// it finds), in queue order.
-fn in_queue_order<T>(
-    nodes: Vec<ChildNode>,
-    parse: impl Fn(&str) -> Option<(T, &str)>,
-) -> Vec<(T, ChildNode)> {
-    let mut queue: Vec<(String, T, ChildNode)> = nodes
-        .into_iter()
-        .filter_map(|node| {
-            let (found, seq) = parse(&node.name)?;
-            Some((seq.to_owned(), found, node))
-        })
-        .collect();
-    queue.sort_by(|a, b| recipe::seq_order(&a.0, &b.0));
-    queue
-        .into_iter()
-        .map(|(_, found, node)| (found, node))
-        .collect()
+/// The nodes whose names `seq` finds a sequence suffix in, in queue order.
+fn in_queue_order(mut nodes: Vec<ChildNode>, seq: impl Fn(&str) -> Option<&str>) -> Vec<ChildNode> {
+    nodes.retain(|node| seq(&node.name).is_some());
+    nodes.sort_by(|a, b| {
+        recipe::seq_order(
+            seq(&a.name).unwrap_or_default(),
+            seq(&b.name).unwrap_or_default(),
+        )
+    });
+    nodes
 }
 
 fn entry_kind(name: &str, class: Class) -> EntryKind {
@@ -206,12 +177,18 @@ pub mod tests {
     pub fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
         ChildNode {
             name: name.into(),
-            stat: NodeStat {
+            stat: zk::Stat {
                 czxid,
+                mzxid: czxid,
+                pzxid: czxid,
                 ctime: czxid * 1000,
                 mtime: czxid * 1000 + 500,
                 version: 0,
+                cversion: 0,
+                aversion: 0,
                 ephemeral_owner: owner,
+                data_length: data.len() as i32,
+                num_children: 0,
             },
             data: data.as_bytes().to_vec(),
         }

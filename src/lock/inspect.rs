@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use futures::future::join_all;
 use zookeeper_client as zk;
 
-use crate::lock::directory::{self, ChildNode, LockView, NodeStat};
+use crate::lock::directory::{self, ChildNode, LockView};
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::session::retrying;
 
@@ -71,24 +71,10 @@ fn child_nodes(
         .into_iter()
         .zip(reads)
         .filter_map(|(name, read)| match read {
-            zk::MultiReadResult::Data { data, stat } => Some(ChildNode {
-                name,
-                stat: node_stat(&stat),
-                data,
-            }),
+            zk::MultiReadResult::Data { data, stat } => Some(ChildNode { name, stat, data }),
             _ => None,
         })
         .collect()
-}
-
-pub fn node_stat(stat: &zk::Stat) -> NodeStat {
-    NodeStat {
-        czxid: stat.czxid,
-        ctime: stat.ctime,
-        mtime: stat.mtime,
-        version: stat.version,
-        ephemeral_owner: stat.ephemeral_owner,
-    }
 }
 
 #[derive(Clone, Copy)]

@@ -281,13 +281,13 @@ pub async fn create_dir(
     acls: &[zk::Acl],
 ) -> Result<(), zk::Error> {
     match retrying(|| client.create(path, data, &dir_mode(acls, true))).await {
+        // A server without containers.
         Err(zk::Error::Unimplemented) => {
-            retrying(|| client.create(path, data, &dir_mode(acls, false)))
-                .await
-                .map(drop)
+            retrying(|| client.create(path, data, &dir_mode(acls, false))).await
         }
-        result => result.map(drop),
+        result => result,
     }
+    .map(drop)
 }
 
 /// Creates `dir` and its missing ancestors, all in one burst; again while an

@@ -208,17 +208,16 @@ pub fn acquisition_order<'a>(paths: &[&'a str]) -> Vec<&'a str> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn child_paths() {
-        assert_eq!(
-            child("/locks/x", "_c_u-lock-0000000001"),
-            "/locks/x/_c_u-lock-0000000001"
-        );
-        assert_eq!(child("/", "zklock.record"), "/zklock.record");
-    }
-
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn waiting<'a>(predecessor: &'a str, ahead: usize, first: &'a str) -> Standing<'a> {
+        Standing::Waiting {
+            predecessor,
+            ahead,
+            first,
+        }
     }
 
     #[test]
@@ -263,22 +262,15 @@ mod tests {
 
     #[test]
     fn exclusive_queue() {
-        let children = names(&[
-            "_c_c-lock-0000000003",
+        let (a, b, c) = (
             "_c_a-lock-0000000001",
-            "unrelated",
             "_c_b-lock-0000000002",
-        ]);
-        assert_eq!(standing(&children, "_c_a-lock-0000000001"), Standing::Held);
-        // A waiter watches only its predecessor.
-        assert_eq!(
-            standing(&children, "_c_c-lock-0000000003"),
-            Standing::Waiting {
-                predecessor: "_c_b-lock-0000000002",
-                ahead: 2,
-                first: "_c_a-lock-0000000001"
-            }
+            "_c_c-lock-0000000003",
         );
+        let children = names(&[c, a, "unrelated", b]);
+        assert_eq!(standing(&children, a), Standing::Held);
+        // A waiter watches only its predecessor.
+        assert_eq!(standing(&children, c), waiting(b, 2, a));
         assert_eq!(
             standing(&children, "_c_z-lock-0000000009"),
             Standing::Missing
@@ -291,73 +283,34 @@ mod tests {
     /// by the numbers' wrap-around, two clients would each believe they hold.
     #[test]
     fn queue_order_across_the_wrap() {
-        let children = names(&[
+        let (old, new, newer) = (
             "_c_old-lock-2147483647",
             "_c_new-lock--2147483648",
             "_c_newer-lock--2147483647",
-        ]);
-        assert_eq!(
-            standing(&children, "_c_newer-lock--2147483647"),
-            Standing::Held
         );
-        assert_eq!(
-            standing(&children, "_c_new-lock--2147483648"),
-            Standing::Waiting {
-                predecessor: "_c_newer-lock--2147483647",
-                ahead: 1,
-                first: "_c_newer-lock--2147483647"
-            }
-        );
-        assert_eq!(
-            standing(&children, "_c_old-lock-2147483647"),
-            Standing::Waiting {
-                predecessor: "_c_new-lock--2147483648",
-                ahead: 2,
-                first: "_c_newer-lock--2147483647"
-            }
-        );
+        let children = names(&[old, new, newer]);
+        assert_eq!(standing(&children, newer), Standing::Held);
+        assert_eq!(standing(&children, new), waiting(newer, 1, newer));
+        assert_eq!(standing(&children, old), waiting(new, 2, newer));
     }
 
     #[test]
     fn readers_share_until_a_writer() {
-        let children = names(&[
+        let [r1, r2, w1, r3, x1] = [
             "_c_r1-__READ__0000000001",
             "_c_r2-__READ__0000000002",
             "_c_w1-__WRIT__0000000003",
             "_c_r3-__READ__0000000004",
             "_c_x1-lock-0000000005",
-        ]);
-        assert_eq!(
-            standing(&children, "_c_r2-__READ__0000000002"),
-            Standing::Held
-        );
+        ];
+        let children = names(&[r1, r2, w1, r3, x1]);
+        assert_eq!(standing(&children, r2), Standing::Held);
         // A writer waits for the nearest node of any kind.
-        assert_eq!(
-            standing(&children, "_c_w1-__WRIT__0000000003"),
-            Standing::Waiting {
-                predecessor: "_c_r2-__READ__0000000002",
-                ahead: 2,
-                first: "_c_r1-__READ__0000000001"
-            }
-        );
+        assert_eq!(standing(&children, w1), waiting(r2, 2, r1));
         // A reader after a queued writer waits for it: no writer starvation.
-        assert_eq!(
-            standing(&children, "_c_r3-__READ__0000000004"),
-            Standing::Waiting {
-                predecessor: "_c_w1-__WRIT__0000000003",
-                ahead: 1,
-                first: "_c_w1-__WRIT__0000000003"
-            }
-        );
+        assert_eq!(standing(&children, r3), waiting(w1, 1, w1));
         // An exclusive node is a writer for everyone.
-        assert!(matches!(
-            standing(&children, "_c_x1-lock-0000000005"),
-            Standing::Waiting {
-                predecessor: "_c_r3-__READ__0000000004",
-                ahead: 4,
-                ..
-            }
-        ));
+        assert_eq!(standing(&children, x1), waiting(r3, 4, r1));
     }
 
     #[test]

@@ -6,8 +6,6 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use zookeeper_client as zk;
 
-use crate::lock::directory::NodeStat;
-use crate::lock::inspect::node_stat;
 use crate::lock::recipe;
 use crate::session::retrying;
 
@@ -148,10 +146,10 @@ pub fn reported_success(record: &Record, now_ms: i64, window_ms: i64) -> Option<
 const TRIES: usize = 10;
 
 /// The record of the lock at `lock`, if there is one.
-pub async fn read(client: &zk::Client, lock: &str) -> Result<Option<(Record, NodeStat)>> {
+pub async fn read(client: &zk::Client, lock: &str) -> Result<Option<(Record, zk::Stat)>> {
     let path = record_path(lock);
     match retrying(|| client.get_data(&path)).await {
-        Ok((data, stat)) => Ok(Some((Record::parse(&data), node_stat(&stat)))),
+        Ok((data, stat)) => Ok(Some((Record::parse(&data), stat))),
         Err(zk::Error::NoNode) => Ok(None),
         Err(err) => Err(err).with_context(|| format!("reading {path}")),
     }
@@ -171,34 +169,17 @@ pub struct Stamped {
 /// server's time from the write's mtime. Call it while holding the lock.
 pub async fn stamp(client: &zk::Client, lock: &str, acls: &[zk::Acl]) -> Result<Stamped> {
     let path = record_path(lock);
-    for _ in 0..TRIES {
-        let (data, stat) = match retrying(|| client.get_data(&path)).await {
-            Err(zk::Error::NoNode) => {
-                let empty = Record::default();
-                let Some(stat) = create(client, &path, &empty.to_bytes(), acls).await? else {
-                    continue;
-                };
-                return Ok(Stamped {
-                    record: empty,
-                    version: stat.version,
-                    now_ms: stat.mtime,
-                });
-            }
-            result => result.with_context(|| format!("reading {path}"))?,
-        };
-        match retrying(|| client.set_data(&path, &data, Some(stat.version))).await {
-            Ok(written) => {
-                return Ok(Stamped {
-                    record: Record::parse(&data),
-                    version: written.version,
-                    now_ms: written.mtime,
-                });
-            }
-            Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
-            Err(err) => return Err(err).with_context(|| format!("writing {path}")),
-        }
-    }
-    bail!("{path} keeps changing; not running")
+    let unchanged = |data: Option<&[u8]>| {
+        Ok::<_, std::convert::Infallible>(
+            data.map_or_else(|| Record::default().to_bytes(), <[u8]>::to_vec),
+        )
+    };
+    let Ok((data, written)) = rewrite(client, &path, acls, None, "not running", unchanged).await?;
+    Ok(Stamped {
+        record: Record::parse(&data),
+        version: written.version,
+        now_ms: written.mtime,
+    })
 }
 
 /// How recording a run ended.
@@ -217,58 +198,74 @@ pub enum Recorded {
 pub async fn record(
     client: &zk::Client,
     lock: &str,
-    mut known: Option<(Record, i32)>,
+    known: Option<(Record, i32)>,
     run: &RunRecord,
     acls: &[zk::Acl],
 ) -> Result<Recorded> {
+    let known = known.map(|(record, version)| (record.to_bytes(), version));
+    let mut later = None;
+    let with_run = |data: Option<&[u8]>| {
+        let record = data.map(Record::parse).unwrap_or_default();
+        let last = record.last_run.as_ref();
+        later = last
+            .filter(|last| last.fencing_token > run.fencing_token)
+            .cloned();
+        // Nothing to write past a later run, or our own (a reply lost).
+        match later.is_none() && last != Some(run) {
+            true => Ok(record.with_run(run.clone()).to_bytes()),
+            false => Err(()),
+        }
+    };
     let path = record_path(lock);
+    let not_done = "this run is not recorded";
+    let _stopped = rewrite(client, &path, acls, known, not_done, with_run).await?;
+    Ok(later.map_or(Recorded::Done, Recorded::Superseded))
+}
+
+/// Writes at `path` what `change` makes of its data (`None`: no record
+/// yet), at the version read or by creating it; read again when someone
+/// else wrote meanwhile (or a create's lost reply was ours). `known` (data
+/// and version) stands in for the first read. `change` may stop with a
+/// value instead. What was written, and the write's stat.
+async fn rewrite<T>(
+    client: &zk::Client,
+    path: &str,
+    acls: &[zk::Acl],
+    mut known: Option<(Vec<u8>, i32)>,
+    not_done: &str,
+    mut change: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, T>,
+) -> Result<Result<(Vec<u8>, zk::Stat), T>> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
     for _ in 0..TRIES {
-        let (record, expected) = match known.take() {
-            Some(known) => known,
-            None => match retrying(|| client.get_data(&path)).await {
-                Ok((data, stat)) => (Record::parse(&data), stat.version),
-                Err(zk::Error::NoNode) => {
-                    let data = Record::default().with_run(run.clone()).to_bytes();
-                    match create(client, &path, &data, acls).await? {
-                        Some(_) => return Ok(Recorded::Done),
-                        None => continue,
-                    }
-                }
+        let current = match known.take() {
+            Some(known) => Some(known),
+            None => match retrying(|| client.get_data(path)).await {
+                Ok((data, stat)) => Some((data, stat.version)),
+                Err(zk::Error::NoNode) => None,
                 Err(err) => return Err(err).with_context(|| format!("reading {path}")),
             },
         };
-        let last = record.last_run.as_ref();
-        if let Some(later) = last.filter(|last| last.fencing_token > run.fencing_token) {
-            return Ok(Recorded::Superseded(later.clone()));
-        }
-        if last == Some(run) {
-            // Our own write, whose reply was lost.
-            return Ok(Recorded::Done);
-        }
-        let data = record.with_run(run.clone()).to_bytes();
-        match retrying(|| client.set_data(&path, &data, Some(expected))).await {
-            Ok(_) => return Ok(Recorded::Done),
-            Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
-            Err(err) => return Err(err).with_context(|| format!("writing {path}")),
+        let data = match change(current.as_ref().map(|(data, _)| data.as_slice())) {
+            Ok(data) => data,
+            Err(stop) => return Ok(Err(stop)),
+        };
+        let written = match current {
+            Some((_, version)) => {
+                match retrying(|| client.set_data(path, &data, Some(version))).await {
+                    Err(zk::Error::BadVersion | zk::Error::NoNode) => None,
+                    result => Some(result.with_context(|| format!("writing {path}"))?),
+                }
+            }
+            None => match retrying(|| client.create(path, &data, &persistent)).await {
+                Err(zk::Error::NodeExists) => None,
+                result => Some(result.with_context(|| format!("creating {path}"))?.0),
+            },
+        };
+        if let Some(stat) = written {
+            return Ok(Ok((data, stat)));
         }
     }
-    bail!("{path} keeps changing; this run is not recorded")
-}
-
-/// Creates the record with `data`; `None` if it exists (created meanwhile,
-/// or by our own write whose reply was lost): read it again.
-async fn create(
-    client: &zk::Client,
-    path: &str,
-    data: &[u8],
-    acls: &[zk::Acl],
-) -> Result<Option<zk::Stat>> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
-    match retrying(|| client.create(path, data, &persistent)).await {
-        Ok((stat, _)) => Ok(Some(stat)),
-        Err(zk::Error::NodeExists) => Ok(None),
-        Err(err) => Err(err).with_context(|| format!("creating {path}")),
-    }
+    bail!("{path} keeps changing; {not_done}")
 }
 
 #[cfg(test)]
