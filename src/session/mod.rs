@@ -252,14 +252,11 @@ impl Session {
     /// a watch dropped first would make the library send a RemoveWatches
     /// request, which the server serves before the delete.
     pub fn release(&self, nodes: &[&str]) -> Release {
-        Release {
-            nodes: nodes.iter().rev().map(|node| (*node).to_owned()).collect(),
-            answers: nodes
-                .iter()
-                .rev()
-                .map(|node| self.client.delete(node, None).boxed_local())
-                .collect(),
-        }
+        let nodes: Vec<String> = nodes.iter().rev().map(|node| (*node).to_owned()).collect();
+        let answers = (nodes.iter())
+            .map(|node| self.client.delete(node, None).boxed_local())
+            .collect();
+        Release { nodes, answers }
     }
 
     /// Deletes `nodes` and ends the session (see [`Session::close_after`]).
@@ -295,16 +292,11 @@ impl Session {
         let answers = tokio::time::timeout(bound, futures::future::join_all(release.answers))
             .await
             .unwrap_or_default();
-        let unanswered: Vec<&str> = match answers.len() {
-            n if n < release.nodes.len() => release.nodes.iter().map(String::as_str).collect(),
-            _ => release
-                .nodes
-                .iter()
-                .zip(&answers)
-                .filter(|(_, answer)| !is_gone(answer))
-                .map(|(node, _)| node.as_str())
-                .collect(),
-        };
+        // No answers at all when the bound passed.
+        let unanswered: Vec<&str> = (release.nodes.iter().enumerate())
+            .filter(|(i, _)| !answers.get(*i).is_some_and(is_gone))
+            .map(|(_, node)| node.as_str())
+            .collect();
         let mut confirmed = unanswered.is_empty();
         if !confirmed && !state.is_terminated() {
             confirmed = delete_attached(&settings, info, &unanswered, bound).await;

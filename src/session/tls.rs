@@ -181,13 +181,9 @@ pub fn diagnose(tls: &Tls, connect_string: &str, timeout: Duration) -> Option<Fa
 fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Failure>, ()> {
     let name = host_name(host);
     let address = host.to_socket_addrs().map_err(drop)?.next().ok_or(())?;
-    let socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
+    let mut socket = TcpStream::connect_timeout(&address, timeout).map_err(drop)?;
     socket.set_read_timeout(Some(timeout)).map_err(drop)?;
     socket.set_write_timeout(Some(timeout)).map_err(drop)?;
-    let mut socket = Watched {
-        socket,
-        head: Vec::new(),
-    };
     let config = client_config(tls).map_err(drop)?;
     let server_name = ServerName::try_from(name.to_owned()).map_err(drop)?;
     let mut connection =
@@ -202,7 +198,7 @@ fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Fail
     let Err(err) = result else {
         return Ok(None);
     };
-    if let Some(answer) = not_tls(&socket.head, &err) {
+    if let Some(answer) = not_tls(connection.protocol_version().is_some(), &err) {
         let message = format!(
             "{host} does not speak TLS on that port: it {answer} \
              (a plain clientPort? TLS needs the server's secureClientPort)"
@@ -215,49 +211,24 @@ fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Fail
         .map(|tls_error| Failure::new(Exit::NoPermission, explain(tls_error, tls, name))))
 }
 
-/// The probe's socket, keeping the first bytes the server sent.
-struct Watched {
-    socket: TcpStream,
-    head: Vec<u8>,
-}
-
-impl Read for Watched {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.socket.read(buf)?;
-        let room = 2usize.saturating_sub(self.head.len());
-        self.head.extend_from_slice(&buf[..n.min(room)]);
-        Ok(n)
-    }
-}
-
-impl Write for Watched {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.socket.write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.socket.flush()
-    }
-}
-
 /// How the server answered our ClientHello, if that shows it does not speak
-/// TLS: it closed the connection without a word (ZooKeeper's plain port
-/// reads the ClientHello as an oversized request and hangs up), or its
-/// first bytes are not a TLS record (content type 20..=24, version 3.x).
-/// A server that says nothing at all is not judged.
-fn not_tls(head: &[u8], err: &std::io::Error) -> Option<&'static str> {
+/// TLS: it hung up before a ServerHello (ZooKeeper's plain port reads the
+/// ClientHello as an oversized request and closes), or its first bytes are
+/// not a TLS record header. A server that says nothing at all is not judged.
+fn not_tls(hello_seen: bool, err: &std::io::Error) -> Option<&'static str> {
+    use rustls::InvalidMessage::{InvalidContentType, UnknownProtocolVersion};
     use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
-    match head {
-        [] if matches!(
-            err.kind(),
-            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
-        ) =>
+    match err.get_ref().and_then(|e| e.downcast_ref::<TlsError>()) {
+        Some(TlsError::InvalidMessage(InvalidContentType | UnknownProtocolVersion)) => {
+            Some("answered our TLS handshake with something else")
+        }
+        None if !hello_seen
+            && matches!(
+                err.kind(),
+                UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+            ) =>
         {
             Some("closed the connection on our TLS handshake")
-        }
-        [] => None,
-        [kind, rest @ ..] if !(20..=24).contains(kind) || rest.first().is_some_and(|v| *v != 3) => {
-            Some("answered our TLS handshake with something else")
         }
         _ => None,
     }
@@ -336,17 +307,25 @@ mod tests {
     use std::io::{Error, ErrorKind as Io};
 
     #[test]
-    fn a_hang_up_or_a_non_tls_answer_is_not_tls_silence_and_records_are() {
+    fn a_hang_up_or_a_non_tls_answer_is_not_tls_silence_and_tls_errors_are() {
         let eof = Error::from(Io::UnexpectedEof);
-        assert!(not_tls(&[], &eof).is_some());
-        assert!(not_tls(&[], &Error::from(Io::ConnectionReset)).is_some());
-        // A silent server is not judged.
-        assert!(not_tls(&[], &Error::from(Io::WouldBlock)).is_none());
-        // A TLS handshake or alert record.
-        assert!(not_tls(&[0x16, 0x03], &eof).is_none());
-        assert!(not_tls(&[0x15], &eof).is_none());
-        // A ZooKeeper reply starts with a length, HTTP with a letter.
-        assert!(not_tls(&[0x00, 0x00], &eof).is_some());
-        assert!(not_tls(b"HT", &eof).is_some());
+        assert!(not_tls(false, &eof).is_some());
+        assert!(not_tls(false, &Error::from(Io::ConnectionReset)).is_some());
+        // A silent server, or one that hung up after its ServerHello.
+        assert!(not_tls(false, &Error::from(Io::WouldBlock)).is_none());
+        assert!(not_tls(true, &eof).is_none());
+        // What rustls says of a ZooKeeper reply (a length) or of HTTP.
+        let invalid = |m| Error::new(Io::InvalidData, TlsError::InvalidMessage(m));
+        assert!(not_tls(false, &invalid(rustls::InvalidMessage::InvalidContentType)).is_some());
+        assert!(
+            not_tls(
+                false,
+                &invalid(rustls::InvalidMessage::UnknownProtocolVersion)
+            )
+            .is_some()
+        );
+        // A TLS alert is the certificates' business.
+        let alert = TlsError::AlertReceived(AlertDescription::UnknownCA);
+        assert!(not_tls(true, &Error::new(Io::InvalidData, alert)).is_none());
     }
 }

@@ -263,20 +263,17 @@ fn summary(queue: &Queue, now: SystemTime) -> String {
     if let Some(holders) = queue.pool {
         return format!("all {holders} permits are taken");
     }
-    let held_by = match queue
-        .holder
-        .as_ref()
+    let held_by = (queue.holder.as_ref())
         .and_then(|seen| holder_text(seen, now))
-    {
-        Some(holder) => holder,
         // Not read, or not zklock's data: the node's name still tells.
-        None => queue
-            .first
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
-    };
+        .unwrap_or_else(|| {
+            queue
+                .first
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        });
     format!("{} ahead, held by {held_by}", queue.ahead)
 }
 
@@ -351,38 +348,25 @@ mod tests {
     }
 
     #[test]
-    fn a_running_holder_is_held_since_its_write() {
-        let q = queue(r#"{"host":"web1","pid":4242,"zklock_pid":4240,"acquired":true}"#);
-        let now = at(T0 + 15 * 60_000);
-        assert_eq!(
-            summary(&q, now),
-            "2 ahead, held by pid 4242 on web1 for 14m"
-        );
-        // Clocks differ: never a negative time.
-        assert_eq!(
-            summary(&q, at(T0)),
-            "2 ahead, held by pid 4242 on web1 for 0s"
-        );
-    }
-
-    #[test]
-    fn other_holders() {
-        let now = at(T0 + 15 * 60_000);
+    fn holders() {
+        let running = r#"{"host":"web1","pid":4242,"zklock_pid":4240,"acquired":true}"#;
         // Queued, not yet running its command: no time held.
-        let q = queue(r#"{"host":"web\u001b1","zklock_pid":4240}"#);
-        assert_eq!(
-            summary(&q, now),
-            r"2 ahead, held by zklock 4240 on web\u{1b}1"
-        );
-        // Another client's data, or none read: the node's name.
-        assert_eq!(
-            summary(&queue("10.0.0.7"), now),
-            "2 ahead, held by data \"10.0.0.7\""
-        );
+        let queued = r#"{"host":"web\u001b1","zklock_pid":4240}"#;
+        for (data, now, expected) in [
+            (running, 15, "2 ahead, held by pid 4242 on web1 for 14m"),
+            // Clocks differ: never a negative time.
+            (running, 0, "2 ahead, held by pid 4242 on web1 for 0s"),
+            (queued, 15, r"2 ahead, held by zklock 4240 on web\u{1b}1"),
+            // Another client's data: as text.
+            ("10.0.0.7", 15, "2 ahead, held by data \"10.0.0.7\""),
+        ] {
+            assert_eq!(summary(&queue(data), at(T0 + now * 60_000)), expected);
+        }
+        // None read: the node's name.
         let mut q = queue("");
         q.holder = None;
-        assert_eq!(summary(&q, now), "2 ahead, held by _c_x-lock-0000000007");
+        assert_eq!(summary(&q, at(T0)), "2 ahead, held by _c_x-lock-0000000007");
         q.pool = Some(3);
-        assert_eq!(summary(&q, now), "all 3 permits are taken");
+        assert_eq!(summary(&q, at(T0)), "all 3 permits are taken");
     }
 }
