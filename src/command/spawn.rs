@@ -19,27 +19,21 @@ use rustix::process::Pid;
 
 use crate::command::signals;
 
-/// The command to start `argv` (not empty), built before zklock waits for
-/// the lock; [`launch`] completes it.
-pub fn command(argv: &[OsString]) -> Command {
-    let mut command = Command::new(&argv[0]);
-    command.args(&argv[1..]);
-    command
-}
-
-/// Starts `command` with `env` added to our environment (overriding), in
-/// process group `pgid` (0: a new group), given the foreground of
-/// `terminal`, with the signals in `keep_ignored` (a [`signals::set`]) left
-/// ignored and every other at its default; returns the child's pid, or
+/// Starts `argv` (not empty) with `env` added to our environment
+/// (overriding), in process group `pgid` (0: a new group), given the
+/// foreground of `terminal`, with the signals ignored when zklock started
+/// left ignored and every other at its default; returns the child's pid, or
 /// the errno of the failed exec (ENOENT: not found).
 pub fn launch(
-    mut command: Command,
+    argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<BorrowedFd<'static>>,
     pgid: i32,
-    keep_ignored: u64,
 ) -> io::Result<Pid> {
     let zklock = rustix::process::getpid();
+    let keep_ignored = signals::ignored_at_start_set();
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]);
     command
         .envs(env.iter().map(|(key, value)| (key, value)))
         .process_group(pgid);
@@ -180,7 +174,7 @@ mod tests {
     fn launches_and_reports_exec_failures() {
         let start = |argv: &[&str]| {
             let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            launch(command(&argv), &[], None, 0, 0)
+            launch(&argv, &[], None, 0)
         };
         let pid = start(&["true"]).expect("true starts");
         let reaped = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
