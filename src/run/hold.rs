@@ -53,16 +53,12 @@ pub(super) async fn run_command(
         settings: plan.connect.clone(),
         session: session.client().session().clone(),
     };
-    // One write per node, dating the acquisition by the server's clock (its
-    // mtime) and naming the command's pid. Never before the command starts
-    // (it would delay the start by a round trip), and only once the command
-    // has run for ACQUIRED_WRITE_DELAY: on one session the server serves
-    // requests in order, so a write still in flight when a short command
-    // ends would hold up the delete the next waiter is waiting for (bench/
-    // RESULTS.md measured +20-40 % on the hand-off). A watch from waiting
-    // fires on it and the lease watches again; a node taken without waiting
-    // is first watched after the write (`lease::WatchFrom`). A nested run
-    // leaves the enclosing run's nodes as they are.
+    // One write per node (docs/design.md, "Holder data"), only once the
+    // command has run for ACQUIRED_WRITE_DELAY: the server serves a
+    // session's requests in order, so a write in flight when a short
+    // command ends would hold up the delete the next waiter waits for. A
+    // watch set while waiting fires on it; a node without one is first
+    // watched after it (`lease::WatchFrom`).
     let acquired = plan.own.acquired(child.pid()).to_bytes();
     let (written, unwatched_from) = tokio::sync::watch::channel(false);
     let lease = lease::lost(
