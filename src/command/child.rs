@@ -186,15 +186,14 @@ impl Child {
         // stop that group, with the same signal so that the shell says why
         // (a group id of 1 would address every process). Any other stop
         // stops zklock alone, with SIGSTOP.
-        let job_control = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
-        let group = rustix::process::getpgrp();
-        let (signal, whole_group) = match Signal::from_named_raw(signal) {
-            Some(stop) if job_control && !signals::ignored_at_start(signal) => {
-                (stop, !group.is_init())
-            }
-            _ => (Signal::STOP, false),
+        let from_terminal = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
+            && !signals::ignored_at_start(signal);
+        let signal = match Signal::from_named_raw(signal) {
+            Some(stop) if from_terminal => stop,
+            _ => Signal::STOP,
         };
-        let _ = if whole_group {
+        let group = rustix::process::getpgrp();
+        let _ = if signal != Signal::STOP && !group.is_init() {
             rustix::process::kill_process_group(group, signal)
         } else {
             rustix::process::kill_process(rustix::process::getpid(), signal)

@@ -31,7 +31,6 @@ pub fn launch(
     pgid: i32,
 ) -> io::Result<Pid> {
     let zklock = rustix::process::getpid();
-    let keep_ignored = signals::ignored_at_start_set();
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]);
     command
@@ -41,7 +40,7 @@ pub fn launch(
     // values it owns, and allocates nothing: a forked child of a process
     // with threads may find the allocator's locks held.
     unsafe {
-        command.pre_exec(move || in_child(terminal, keep_ignored, zklock));
+        command.pre_exec(move || in_child(terminal, zklock));
     }
     // The child starts with every signal blocked, so that our handlers
     // (which write to our signal pipe) never run in it; `in_child` resets
@@ -55,21 +54,15 @@ pub fn launch(
 
 /// Everything the command must not inherit from zklock: its signal
 /// handlers and the signals it ignores itself (exec keeps SIG_IGN), its
-/// blocked signals, and its terminal's foreground. Signals in
-/// `keep_ignored` (ignored when zklock started) stay ignored. Runs in the
-/// child between fork and exec, already in its process group.
-fn in_child(
-    terminal: Option<BorrowedFd<'static>>,
-    keep_ignored: u64,
-    zklock: Pid,
-) -> io::Result<()> {
+/// blocked signals, and its terminal's foreground. Signals ignored when
+/// zklock started stay ignored. Runs in the child between fork and exec,
+/// already in its process group.
+fn in_child(terminal: Option<BorrowedFd<'static>>, zklock: Pid) -> io::Result<()> {
     // Inherited from the parent (see `launch`); again, for std versions
     // that empty the mask before this step.
     signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     for signal in 1..=64 {
-        if signal != libc::SIGKILL
-            && signal != libc::SIGSTOP
-            && keep_ignored & signals::set(&[signal]) == 0
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP && !signals::ignored_at_start(signal)
         {
             // The raw system call, as glibc's sigaction refuses the signals
             // it reserves (32, 33), which can arrive ignored; rustix has no
