@@ -140,10 +140,7 @@ impl Child {
     fn reap(&mut self) -> Option<i32> {
         let options = WaitOptions::NOHANG | WaitOptions::UNTRACED;
         let mut stopped = None;
-        loop {
-            let Ok(Some((pid, status))) = rustix::process::wait(options) else {
-                return stopped;
-            };
+        while let Ok(Some((pid, status))) = rustix::process::wait(options) {
             if let Some(signal) = status.stopping_signal() {
                 if pid == self.pid {
                     stopped = Some(signal);
@@ -156,6 +153,7 @@ impl Child {
                 self.keeper.note_reaped(pid);
             }
         }
+        stopped
     }
 
     /// Gives the command's group the foreground of `terminal`.

@@ -127,10 +127,10 @@ pub(super) async fn connect(
         let _ = session.close(&[]).await;
         return Err(err);
     }
+    let granted = human_ms(session.timeout());
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
-            let granted = human_ms(session.timeout());
             let _ = session.close(&[]).await;
             return Err(Failure::usage(match plan.args.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
@@ -140,7 +140,6 @@ pub(super) async fn connect(
     };
     if plan.args.kill_after.is_none() {
         let kill_after = humantime::format_duration(policy.kill_after);
-        let granted = human_ms(session.timeout());
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {

@@ -4,9 +4,11 @@
 //! Shared by a run that took its locks and a nested run under an enclosing
 //! run's locks.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use anyhow::Result;
+use futures::future::{Either, join_all, select};
 
 use super::once;
 use super::plan::Plan;
@@ -87,26 +89,21 @@ pub(super) async fn run_command(
             .map(|node| session.client().set_data(node, &acquired, None))
             .collect();
         let _ = written.send(true);
-        for write in writes {
-            let _ = write.await;
-        }
+        join_all(writes).await;
     };
     let lost = async {
-        tokio::pin!(lease);
-        tokio::select! {
-            reason = &mut lease => return reason,
-            () = recording => {}
+        match select(pin!(lease), pin!(recording)).await {
+            Either::Left((reason, _)) => reason,
+            Either::Right(((), lease)) => lease.await,
         }
-        lease.await
     };
-    tokio::pin!(lost);
     let report = plan.report;
     let limits = child::Limits {
         kill_after: policy.kill_after,
         max_runtime: plan.args.runtime_limit(),
         stop_limit: policy.grace(),
     };
-    let (exit, keeper) = child::supervise(child, signals, lost.as_mut(), limits, report).await;
+    let (exit, keeper) = child::supervise(child, signals, pin!(lost), limits, report).await;
     if exit == Exit::TimedOut {
         report.error(format_args!(
             "the command ran longer than --max-runtime {}; terminated",
