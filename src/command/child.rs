@@ -313,17 +313,20 @@ pub async fn supervise(
         child.signal_group(libc::SIGCONT);
         kill_at.get_or_insert(Instant::now() + limits.kill_after);
     };
-    loop {
+    let status = loop {
         if let Some(status) = child.status {
             if !child.group_alive() {
-                break;
+                break status;
             }
             if !told_waiting {
                 told_waiting = true;
                 let others = running_members(child.pgid, child.keeper.pid());
+                let ended = match status.signal() {
+                    Some(signal) => format!("was killed by signal {signal}"),
+                    None => format!("exited with status {}", status.code().unwrap_or(0)),
+                };
                 report.info(format_args!(
-                    "the command {}; waiting for the {others} other process{} of its group",
-                    describe(status),
+                    "the command {ended}; waiting for the {others} other process{} of its group",
                     if others == 1 { "" } else { "es" }
                 ));
             }
@@ -377,10 +380,7 @@ pub async fn supervise(
                 child.reap();
             }
         }
-    }
-    let status = child
-        .status
-        .expect("loop ends only after the child was reaped");
+    };
     let exit = if lock_lost {
         Exit::LockLost
     } else if timed_out {
@@ -401,14 +401,6 @@ pub struct Limits {
     pub max_runtime: Option<Duration>,
     /// How long zklock may be stopped before it counts the lock as lost.
     pub stop_limit: Duration,
-}
-
-/// "exited with status N" or "was killed by signal N".
-fn describe(status: ExitStatus) -> String {
-    match status.signal() {
-        Some(signal) => format!("was killed by signal {signal}"),
-        None => format!("exited with status {}", status.code().unwrap_or(0)),
-    }
 }
 
 #[cfg(test)]

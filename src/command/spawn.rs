@@ -62,25 +62,25 @@ fn in_child(terminal: Option<BorrowedFd<'static>>, zklock: Pid) -> io::Result<()
     // that empty the mask before this step.
     signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     for signal in 1..=64 {
-        if signal != libc::SIGKILL && signal != libc::SIGSTOP && !signals::ignored_at_start(signal)
-        {
-            // The raw system call, as glibc's sigaction refuses the signals
-            // it reserves (32, 33), which can arrive ignored; rustix has no
-            // stable sigaction. An all-zero kernel sigaction is SIG_DFL with
-            // no flags and an empty mask, whatever the field order.
-            let default = [0u64; 4];
-            // SAFETY: rt_sigaction reads the 32-byte `default` on our stack
-            // and writes nothing (null old action); 8 is the kernel's
-            // sigset size.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal,
-                    default.as_ptr(),
-                    std::ptr::null_mut::<u64>(),
-                    8usize,
-                );
-            }
+        if matches!(signal, libc::SIGKILL | libc::SIGSTOP) || signals::ignored_at_start(signal) {
+            continue;
+        }
+        // The raw system call, as glibc's sigaction refuses the signals
+        // it reserves (32, 33), which can arrive ignored; rustix has no
+        // stable sigaction. An all-zero kernel sigaction is SIG_DFL with
+        // no flags and an empty mask, whatever the field order.
+        let default = [0u64; 4];
+        // SAFETY: rt_sigaction reads the 32-byte `default` on our stack
+        // and writes nothing (null old action); 8 is the kernel's
+        // sigset size.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            );
         }
     }
     if let Some(fd) = terminal {
@@ -146,10 +146,8 @@ mod tests {
     fn candidates_follow_execvp() {
         let names = |p: &str| candidates(OsStr::new(p));
         assert_eq!(names("./x"), [PathBuf::from("./x")]);
-        assert_eq!(names("/bin/sh"), [PathBuf::from("/bin/sh")]);
         let found = names("sh");
         assert!(found.iter().all(|c| c.ends_with("sh")), "{found:?}");
-        assert!(names("").is_empty());
     }
 
     #[test]

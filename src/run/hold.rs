@@ -104,13 +104,9 @@ pub(super) async fn run_command(
         stop_limit: policy.grace(),
     };
     let (exit, keeper) = child::supervise(child, signals, pin!(lost), limits, report).await;
-    if exit == Exit::TimedOut {
+    if let (Exit::TimedOut, Some(limit)) = (exit, plan.args.max_runtime) {
         report.error(format_args!(
-            "the command ran longer than --max-runtime {}; terminated",
-            plan.args
-                .max_runtime
-                .map(|limit| limit.to_string())
-                .unwrap_or_default()
+            "the command ran longer than --max-runtime {limit}; terminated"
         ));
     }
     if let Some(record) = lock.record {
