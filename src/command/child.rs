@@ -47,10 +47,8 @@ fn foreground_terminal() -> Option<BorrowedFd<'static>> {
 
 /// What [`Child::spawn`] needs ready before the lock is taken.
 pub struct Prepared {
-    /// The program as given, for error messages.
-    program: OsString,
+    argv: Vec<OsString>,
     keeper: Keeper,
-    command: std::process::Command,
 }
 
 /// A running command and its process group, whose id is its keeper's pid
@@ -78,9 +76,8 @@ impl Child {
             .map_err(|err| spawn_error(program, err.into()))?;
         let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
-            program: program.clone(),
+            argv: argv.to_vec(),
             keeper,
-            command: spawn::command(argv),
         })
     }
 
@@ -88,20 +85,16 @@ impl Child {
     /// with a clean signal state and `env` added to its environment. Exec
     /// failures map to 127 (not found) and 126 (not executable).
     pub fn spawn(prepared: Prepared, env: &[(&str, String)]) -> Result<Child> {
-        let Prepared {
-            program,
-            mut keeper,
-            command,
-        } = prepared;
+        let Prepared { argv, mut keeper } = prepared;
+        let program = &argv[0];
         // On failure `keeper` is dropped, which kills it.
         keeper
             .wait_ready()
-            .map_err(|err| spawn_error(&program, err))?;
+            .map_err(|err| spawn_error(program, err))?;
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
-        let keep_ignored = signals::ignored_at_start_set();
-        let pid = spawn::launch(command, env, terminal, pgid.as_raw_pid(), keep_ignored)
-            .map_err(|err| spawn_error(&program, err))?;
+        let pid = spawn::launch(&argv, env, terminal, pgid.as_raw_pid())
+            .map_err(|err| spawn_error(program, err))?;
         let mut child = Child {
             pid,
             pgid,
@@ -147,10 +140,7 @@ impl Child {
     fn reap(&mut self) -> Option<i32> {
         let options = WaitOptions::NOHANG | WaitOptions::UNTRACED;
         let mut stopped = None;
-        loop {
-            let Ok(Some((pid, status))) = rustix::process::wait(options) else {
-                return stopped;
-            };
+        while let Ok(Some((pid, status))) = rustix::process::wait(options) {
             if let Some(signal) = status.stopping_signal() {
                 if pid == self.pid {
                     stopped = Some(signal);
@@ -163,6 +153,7 @@ impl Child {
                 self.keeper.note_reaped(pid);
             }
         }
+        stopped
     }
 
     /// Gives the command's group the foreground of `terminal`.
@@ -193,15 +184,14 @@ impl Child {
         // stop that group, with the same signal so that the shell says why
         // (a group id of 1 would address every process). Any other stop
         // stops zklock alone, with SIGSTOP.
-        let job_control = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
-        let group = rustix::process::getpgrp();
-        let (signal, whole_group) = match Signal::from_named_raw(signal) {
-            Some(stop) if job_control && !signals::ignored_at_start(signal) => {
-                (stop, !group.is_init())
-            }
-            _ => (Signal::STOP, false),
+        let from_terminal = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
+            && !signals::ignored_at_start(signal);
+        let signal = match Signal::from_named_raw(signal) {
+            Some(stop) if from_terminal => stop,
+            _ => Signal::STOP,
         };
-        let _ = if whole_group {
+        let group = rustix::process::getpgrp();
+        let _ = if signal != Signal::STOP && !group.is_init() {
             rustix::process::kill_process_group(group, signal)
         } else {
             rustix::process::kill_process(rustix::process::getpid(), signal)
@@ -298,29 +288,11 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
     ))
 }
 
-/// Supervises the command until it and its whole process group are gone.
-///
-/// Signal policy, implemented here and nowhere else (docs/design.md, "The
-/// command and signals"):
-///
-/// * INT, TERM, HUP, QUIT, USR1, USR2 and WINCH are forwarded to the group;
-///   synchronous signals (SEGV, BUS, ...) are never forwarded. A signal
-///   ignored when zklock started stays ignored, for zklock and the command.
-/// * At a terminal the group is the foreground group: Ctrl-C reaches it
-///   once, from the kernel, and not through zklock.
-/// * Job control: when the command stops, zklock takes the terminal back
-///   and stops too; on SIGCONT it gives the terminal back (after `fg`) and
-///   forwards the SIGCONT. A stop past `stop_limit` counts as losing the lock.
-/// * A terminating signal (INT, TERM, HUP, QUIT) starts the `--kill-after`
-///   timer; when it fires, or at a second one, the group gets SIGKILL.
-/// * Losing the lock, or `max_runtime` running out ([`Exit::TimedOut`]),
-///   sends TERM and CONT to the group and starts the same timer.
-/// * Only our own child is reaped; after it exits, zklock waits until the
-///   group is empty, and never signals the group once it is.
-///
-/// Returns the command's status, or [`Exit::LockLost`] if the lock was lost,
-/// and the group's keeper, for [`Keeper::end_with_zklock`] once the lock is
-/// released.
+/// Supervises the command until it and its whole process group are gone,
+/// by the policy of docs/design.md, "The command and signals", which is
+/// implemented here and nowhere else. Returns the command's status, or
+/// [`Exit::LockLost`] or [`Exit::TimedOut`], and the group's keeper, for
+/// [`Keeper::end_with_zklock`] once the lock is released.
 pub async fn supervise(
     mut child: Child,
     signals: &mut Signals,
@@ -341,17 +313,20 @@ pub async fn supervise(
         child.signal_group(libc::SIGCONT);
         kill_at.get_or_insert(Instant::now() + limits.kill_after);
     };
-    loop {
+    let status = loop {
         if let Some(status) = child.status {
             if !child.group_alive() {
-                break;
+                break status;
             }
             if !told_waiting {
                 told_waiting = true;
                 let others = running_members(child.pgid, child.keeper.pid());
+                let ended = match status.signal() {
+                    Some(signal) => format!("was killed by signal {signal}"),
+                    None => format!("exited with status {}", status.code().unwrap_or(0)),
+                };
                 report.info(format_args!(
-                    "the command {}; waiting for the {others} other process{} of its group",
-                    describe(status),
+                    "the command {ended}; waiting for the {others} other process{} of its group",
                     if others == 1 { "" } else { "es" }
                 ));
             }
@@ -405,10 +380,7 @@ pub async fn supervise(
                 child.reap();
             }
         }
-    }
-    let status = child
-        .status
-        .expect("loop ends only after the child was reaped");
+    };
     let exit = if lock_lost {
         Exit::LockLost
     } else if timed_out {
@@ -429,14 +401,6 @@ pub struct Limits {
     pub max_runtime: Option<Duration>,
     /// How long zklock may be stopped before it counts the lock as lost.
     pub stop_limit: Duration,
-}
-
-/// "exited with status N" or "was killed by signal N".
-fn describe(status: ExitStatus) -> String {
-    match status.signal() {
-        Some(signal) => format!("was killed by signal {signal}"),
-        None => format!("exited with status {}", status.code().unwrap_or(0)),
-    }
 }
 
 #[cfg(test)]

@@ -55,15 +55,13 @@ impl Keeper {
     /// byte), before the command joins its group and signals reach it. It
     /// has long done so when a lock is taken after a round trip.
     pub fn wait_ready(&mut self) -> io::Result<()> {
-        let mut byte = [0u8; 1];
-        let ready = match self.process.stdout.take() {
-            Some(mut stdout) => stdout.read(&mut byte)?,
-            None => 1,
+        // Taken, so that the pipe closes once read.
+        let Some(mut stdout) = self.process.stdout.take() else {
+            return Ok(());
         };
-        if ready == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::other("the keeper process ended at its start"))
+        match stdout.read(&mut [0u8])? {
+            1 => Ok(()),
+            _ => Err(io::Error::other("the keeper process ended at its start")),
         }
     }
 
@@ -106,15 +104,8 @@ pub fn run_hidden_mode() -> ! {
     let _ = std::fs::write("/proc/self/comm", NAME);
     let mut stdout = io::stdout();
     let _ = stdout.write_all(b"k").and_then(|()| stdout.flush());
-    let mut stdin = io::stdin();
-    let mut buffer = [0u8; 64];
-    loop {
-        match stdin.read(&mut buffer) {
-            Ok(0) => break,
-            Err(err) if err.kind() != io::ErrorKind::Interrupted => break,
-            _ => {}
-        }
-    }
+    // Reads until EOF (or an error), retrying when interrupted.
+    let _ = io::copy(&mut io::stdin(), &mut io::sink());
     // Our group is G: we lead it (see the module comment).
     let _ = rustix::process::kill_current_process_group(Signal::KILL);
     std::process::exit(0)

@@ -58,13 +58,9 @@ pub const ALL: u64 = u64::MAX;
 
 /// Whether `signal` was ignored when zklock started (and so still is,
 /// for zklock). Known once [`Signals::install`] ran; false before.
+/// Async-signal-safe: spawn.rs calls it between fork and exec.
 pub fn ignored_at_start(signal: i32) -> bool {
     IGNORED_AT_START.load(Ordering::Relaxed) & set(&[signal]) != 0
-}
-
-/// [`IGNORED_AT_START`] (for spawn.rs).
-pub fn ignored_at_start_set() -> u64 {
-    IGNORED_AT_START.load(Ordering::Relaxed)
 }
 
 /// Reads which standard signals are ignored now, from /proc (the same

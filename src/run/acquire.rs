@@ -49,22 +49,21 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         let mut observer = WaitReport::new(report, Rc::clone(&display));
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
-        let waited = tokio::select! {
-            result = take_in_order(plan, session.client(), &mut owned, &mut watches, &mut observer) => Waited::Done(result),
-            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Waited::TimedOut,
-            signal = abort_signal(signals) => Waited::Signal(signal),
+        let result = tokio::select! {
+            result = take_in_order(plan, session.client(), &mut owned, &mut watches, &mut observer) => result,
+            // At the deadline, give up as when not waiting.
+            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
+            signal = abort_signal(signals) => {
+                display.clear();
+                let _ = session.close(&queue::paths(&owned)).await;
+                return Ok(Step::End(Exit::Signal(signal)));
+            }
             () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
             () = display.tick() => unreachable!("never resolves"),
         };
-        if !matches!(
-            waited,
-            Waited::Done(Ok(Acquired::Lost)) | Waited::Done(Err(_))
-        ) {
-            // Before the command's output or our last word.
-            display.clear();
-        }
-        match waited {
-            Waited::Done(Ok(Acquired::Held(..))) => {
+        match result {
+            Ok(Acquired::Held(..)) => {
+                display.clear(); // before the command's output
                 return Ok(Step::Go(Taken {
                     session,
                     held: owned,
@@ -72,16 +71,14 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                     policy,
                 }));
             }
-            Waited::Done(Ok(Acquired::Busy)) | Waited::TimedOut => {
+            Ok(Acquired::Busy) => {
+                display.clear(); // before our last word
                 let unreachable_since = unreachable_since.get();
                 let exit = give_up(plan, session, &owned, &observer, unreachable_since).await;
                 return Ok(Step::End(exit));
             }
-            Waited::Signal(signal) => {
-                let _ = session.close(&queue::paths(&owned)).await;
-                return Ok(Step::End(Exit::Signal(signal)));
-            }
-            Waited::Done(result) => {
+            // Our node lost, or an error: queue again, or fail.
+            result => {
                 let _ = session.close(&queue::paths(&owned)).await;
                 match result {
                     Err(err) if err.downcast_ref().is_some_and(is_session_lost) => {
@@ -93,7 +90,6 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                         return Err(plan.connect.missing_chroot());
                     }
                     Err(err) => return Err(err),
-                    // Acquired::Lost: Held and Busy are taken above.
                     Ok(_) => report.info(format_args!(
                         "our node vanished while waiting; queueing again in a new session"
                     )),
@@ -131,10 +127,10 @@ pub(super) async fn connect(
         let _ = session.close(&[]).await;
         return Err(err);
     }
+    let granted = human_ms(session.timeout());
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
-            let granted = human_ms(session.timeout());
             let _ = session.close(&[]).await;
             return Err(Failure::usage(match plan.args.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
@@ -144,7 +140,6 @@ pub(super) async fn connect(
     };
     if plan.args.kill_after.is_none() {
         let kill_after = humantime::format_duration(policy.kill_after);
-        let granted = human_ms(session.timeout());
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {
@@ -188,12 +183,6 @@ async fn take_in_order(
         }
     }
     Ok(last)
-}
-
-enum Waited {
-    Done(Result<Acquired>),
-    TimedOut,
-    Signal(i32),
 }
 
 /// Resolves with the first signal that should end zklock while it connects

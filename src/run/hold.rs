@@ -4,9 +4,11 @@
 //! Shared by a run that took its locks and a nested run under an enclosing
 //! run's locks.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use anyhow::Result;
+use futures::future::{Either, join_all, select};
 
 use super::once;
 use super::plan::Plan;
@@ -53,16 +55,12 @@ pub(super) async fn run_command(
         settings: plan.connect.clone(),
         session: session.client().session().clone(),
     };
-    // One write per node, dating the acquisition by the server's clock (its
-    // mtime) and naming the command's pid. Never before the command starts
-    // (it would delay the start by a round trip), and only once the command
-    // has run for ACQUIRED_WRITE_DELAY: on one session the server serves
-    // requests in order, so a write still in flight when a short command
-    // ends would hold up the delete the next waiter is waiting for (bench/
-    // RESULTS.md measured +20-40 % on the hand-off). A watch from waiting
-    // fires on it and the lease watches again; a node taken without waiting
-    // is first watched after the write (`lease::WatchFrom`). A nested run
-    // leaves the enclosing run's nodes as they are.
+    // One write per node (docs/design.md, "Holder data"), only once the
+    // command has run for ACQUIRED_WRITE_DELAY: the server serves a
+    // session's requests in order, so a write in flight when a short
+    // command ends would hold up the delete the next waiter waits for. A
+    // watch set while waiting fires on it; a node without one is first
+    // watched after it (`lease::WatchFrom`).
     let acquired = plan.own.acquired(child.pid()).to_bytes();
     let (written, unwatched_from) = tokio::sync::watch::channel(false);
     let lease = lease::lost(
@@ -91,33 +89,24 @@ pub(super) async fn run_command(
             .map(|node| session.client().set_data(node, &acquired, None))
             .collect();
         let _ = written.send(true);
-        for write in writes {
-            let _ = write.await;
-        }
+        join_all(writes).await;
     };
     let lost = async {
-        tokio::pin!(lease);
-        tokio::select! {
-            reason = &mut lease => return reason,
-            () = recording => {}
+        match select(pin!(lease), pin!(recording)).await {
+            Either::Left((reason, _)) => reason,
+            Either::Right(((), lease)) => lease.await,
         }
-        lease.await
     };
-    tokio::pin!(lost);
     let report = plan.report;
     let limits = child::Limits {
         kill_after: policy.kill_after,
         max_runtime: plan.args.runtime_limit(),
         stop_limit: policy.grace(),
     };
-    let (exit, keeper) = child::supervise(child, signals, lost.as_mut(), limits, report).await;
-    if exit == Exit::TimedOut {
+    let (exit, keeper) = child::supervise(child, signals, pin!(lost), limits, report).await;
+    if let (Exit::TimedOut, Some(limit)) = (exit, plan.args.max_runtime) {
         report.error(format_args!(
-            "the command ran longer than --max-runtime {}; terminated",
-            plan.args
-                .max_runtime
-                .map(|limit| limit.to_string())
-                .unwrap_or_default()
+            "the command ran longer than --max-runtime {limit}; terminated"
         ));
     }
     if let Some(record) = lock.record {

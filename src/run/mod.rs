@@ -116,8 +116,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
             return Err(err);
         }
     };
-    let deleted = session.close_after(release).await;
-    if deleted {
+    if session.close_after(release).await {
         plan.report
             .info(format_args!("released {}", plan.order.join(" ")));
     } else {
