@@ -265,18 +265,12 @@ impl Session {
         self.close_after(release).await
     }
 
-    /// Ends the session right behind the deletes `release` sent, in the same
-    /// round trip (the server serves them in order), then waits for the
-    /// answers, within bounds. A delete whose answer did not come (the
-    /// connection broke) is made again from a new connection to the same
-    /// session, as a delete sent alone would be retried; if the server has
-    /// closed the session meanwhile, it says so, and our nodes went with it.
-    /// Failing even that is not fatal: the nodes die with the session.
-    ///
-    /// True when the server confirmed that our nodes are gone: it answered
-    /// the deletes, or said the session expired. The end of the session is
-    /// no such proof: the library also reports Closed when it gives up on a
-    /// broken connection by itself, and its state watcher may skip states.
+    /// Ends the session right behind the deletes `release` sent (one round
+    /// trip), and waits, bounded, for the answers; a delete whose answer was
+    /// lost is made again from a new connection to the session, which also
+    /// says if the server closed it meanwhile (docs/design.md, "Round trips").
+    /// True when the server confirmed our nodes gone. Closed is no such
+    /// proof: the library also reports it when it gives up on a connection.
     pub async fn close_after(self, release: Release) -> bool {
         let Session {
             client,
