@@ -13,7 +13,7 @@ use crate::harness::{
 const LONG: Duration = Duration::from_secs(30);
 
 /// Short sessions so that expiry takes seconds; the kill-after leaves room in the
-/// lease rule (README, "What is and is not guaranteed").
+/// lease rule (docs/design.md, "Session and lease rules").
 const FAST_SESSION: [&str; 4] = ["--session-timeout", "3s", "--kill-after", "0.3s"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

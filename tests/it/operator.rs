@@ -318,7 +318,7 @@ fn break_deletes_the_holder_and_the_live_holder_stops_with_76() {
     assert_eq!(status.code(), Some(0));
     // The next waiter starts as soon as the node is gone, while the old
     // holder's zklock is still stopping its command: the documented window
-    // (README, `zklock break`) in which the two may overlap, and no more.
+    // (docs/design.md, "Operator commands") in which the two may overlap, and no more.
     log.assert_max_concurrency(2);
     assert_eq!(log.starts(), 2);
     let free = op(&connect, &["break", "--yes", &path]);

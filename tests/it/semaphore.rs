@@ -16,7 +16,7 @@ use crate::harness::{
 const LONG: Duration = Duration::from_secs(30);
 
 /// Short sessions so that a killed holder's permit comes back within seconds; the
-/// kill-after leaves room in the lease rule (README, "What is and is not guaranteed").
+/// kill-after leaves room in the lease rule (docs/design.md, "Session and lease rules").
 const FAST_SESSION: [&str; 4] = ["--session-timeout", "3s", "--kill-after", "0.3s"];
 
 fn run_no_wait(connect: &str, path: &str, args: &[&str]) -> Output {
