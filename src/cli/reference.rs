@@ -78,8 +78,13 @@ ENTRY:
   held_seconds   seconds since `since` (this host's clock), for holders
   waited_seconds seconds since `since` (this host's clock), for waiters
   holder         a zklock node's data: host, pid (the command's once it
-                 runs), zklock_pid, user, command or label, version, acquired
+                 runs), zklock_pid, user, command or label, version, acquired,
+                 and ci (CI) when it runs in a CI job
   data           another client's node data, as text
+
+CI:
+  provider       github-actions, gitlab, jenkins, buildkite or circleci
+  url            the job's (or run's, build's) web page
 
 RUN:
   start_ms, start  when the run started (server clock; ms, RFC 3339)

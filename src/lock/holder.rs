@@ -33,6 +33,64 @@ pub struct HolderData {
     /// mtime is when the lock was taken, on the server's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquired: Option<bool>,
+    /// The CI job zklock runs in, when it runs in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci: Option<CiJob>,
+}
+
+/// The CI job a zklock runs in, from its provider's documented environment
+/// (docs/design.md, "Holder data"): a waiter's log then links to the job
+/// it waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CiJob {
+    /// `github-actions`, `gitlab`, `jenkins`, `buildkite` or `circleci`.
+    pub provider: String,
+    pub url: String,
+}
+
+impl CiJob {
+    /// The job named by the variables `var` gives (None for unset, empty or
+    /// not UTF-8), or None outside a CI job we know. Each provider is
+    /// recognised by its own marker variable, so that a URL variable left
+    /// over from elsewhere (`BUILD_URL` is a common name) names no job.
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Option<CiJob> {
+        let var = |name: &str| var(name).filter(|value| !value.is_empty());
+        let is_true = |name: &str| var(name).as_deref() == Some("true");
+        let job = |provider: &str, url: Option<String>| {
+            url.map(|url| CiJob {
+                provider: provider.to_owned(),
+                url: truncate(&url, MAX_COMMAND_BYTES),
+            })
+        };
+        if is_true("GITHUB_ACTIONS") {
+            let run = match (
+                var("GITHUB_SERVER_URL"),
+                var("GITHUB_REPOSITORY"),
+                var("GITHUB_RUN_ID"),
+            ) {
+                (Some(server), Some(repository), Some(run)) => Some(format!(
+                    "{}/{repository}/actions/runs/{run}",
+                    server.trim_end_matches('/')
+                )),
+                _ => None,
+            };
+            return job("github-actions", run);
+        }
+        if is_true("GITLAB_CI") {
+            return job("gitlab", var("CI_JOB_URL"));
+        }
+        if is_true("BUILDKITE") {
+            return job("buildkite", var("BUILDKITE_BUILD_URL"));
+        }
+        if is_true("CIRCLECI") {
+            return job("circleci", var("CIRCLE_BUILD_URL"));
+        }
+        // Jenkins sets no `true` marker; its URL and home are always set.
+        if var("JENKINS_URL").is_some() || var("JENKINS_HOME").is_some() {
+            return job("jenkins", var("BUILD_URL"));
+        }
+        None
+    }
 }
 
 /// At most this many bytes of the command line (or label) are stored: the
@@ -43,7 +101,8 @@ pub const MAX_COMMAND_BYTES: usize = 4096;
 /// How much of a holder a line has room for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detail {
-    /// `pid 4242 (zklock 4240) on web1 (user deploy)`.
+    /// `pid 4242 (zklock 4240) on web1 (user deploy)`, then
+    /// `, CI job https://...` when it runs in one (both details).
     Full,
     /// `pid 4242 on web1`, the process that holds (or, queued, zklock): the
     /// status line while waiting.
@@ -77,6 +136,7 @@ impl HolderData {
             label,
             version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             acquired: None,
+            ci: CiJob::from_env(|name| std::env::var(name).ok()),
         }
     }
 
@@ -116,7 +176,16 @@ impl HolderData {
             parts.push(on_host(host, user));
         }
         parts.retain(|part| !part.is_empty());
-        parts.join(" ")
+        let mut who = parts.join(" ");
+        // Last, and followed by a space or the end of the line, never by a
+        // bracket: CI logs and terminals then link the whole URL.
+        if let Some(ci) = &self.ci {
+            if !who.is_empty() {
+                who.push_str(", ");
+            }
+            who.push_str(&format!("CI job {}", escape_controls(&ci.url)));
+        }
+        who
     }
 
     /// What it runs: its label, or its command line, escaped to one line.
@@ -284,10 +353,17 @@ mod tests {
 
     #[test]
     fn stable_fields() {
-        let own = HolderData::ours(
-            &["mysqldump".into(), "--password=hunter2".into()],
-            Some("nightly"),
-        );
+        let own = HolderData {
+            // Not whatever CI these tests run in.
+            ci: Some(CiJob {
+                provider: "gitlab".into(),
+                url: "https://gitlab.example/g/p/-/jobs/7".into(),
+            }),
+            ..HolderData::ours(
+                &["mysqldump".into(), "--password=hunter2".into()],
+                Some("nightly"),
+            )
+        };
         let Ok(Value::Object(fields)) = serde_json::from_slice(&own.acquired(7).to_bytes()) else {
             panic!("not an object");
         };
@@ -295,10 +371,17 @@ mod tests {
         keys.sort_unstable();
         assert_eq!(
             keys.join(","),
-            "acquired,host,label,pid,user,version,zklock_pid"
+            "acquired,ci,host,label,pid,user,version,zklock_pid"
         );
         assert_eq!(fields["label"], "nightly");
-        assert!(!String::from_utf8_lossy(&own.to_bytes()).contains("hunter2"));
+        assert_eq!(
+            fields["ci"],
+            serde_json::json!({"provider": "gitlab", "url": "https://gitlab.example/g/p/-/jobs/7"})
+        );
+        // Outside CI: no field at all.
+        let plain = HolderData { ci: None, ..own };
+        assert!(!String::from_utf8_lossy(&plain.to_bytes()).contains("\"ci\""));
+        assert!(!String::from_utf8_lossy(&plain.to_bytes()).contains("hunter2"));
     }
 
     #[test]
@@ -342,6 +425,120 @@ mod tests {
             "pid 8"
         );
         assert_eq!(parse(r#"{"host":"h"}"#).who(Detail::Full), "on h");
+    }
+
+    /// `from_env` over exactly these variables.
+    fn ci(vars: &[(&str, &str)]) -> Option<(String, String)> {
+        let found = CiJob::from_env(|name| {
+            (vars.iter())
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        });
+        found.map(|job| (job.provider, job.url))
+    }
+
+    fn job(provider: &str, url: &str) -> Option<(String, String)> {
+        Some((provider.to_owned(), url.to_owned()))
+    }
+
+    #[test]
+    fn ci_jobs_from_each_providers_variables() {
+        let github = [
+            ("GITHUB_ACTIONS", "true"),
+            ("GITHUB_SERVER_URL", "https://github.com"),
+            ("GITHUB_REPOSITORY", "octo/app"),
+            ("GITHUB_RUN_ID", "1234"),
+        ];
+        let run = "https://github.com/octo/app/actions/runs/1234";
+        assert_eq!(ci(&github), job("github-actions", run));
+        // GitHub Enterprise Server: its own server URL.
+        let mut ghes = github;
+        ghes[1].1 = "https://git.corp.example/";
+        assert_eq!(
+            ci(&ghes),
+            job(
+                "github-actions",
+                "https://git.corp.example/octo/app/actions/runs/1234"
+            )
+        );
+        for missing in 1..github.len() {
+            let mut partial = github.to_vec();
+            partial[missing].1 = "";
+            assert_eq!(ci(&partial), None, "{} empty", github[missing].0);
+            partial.remove(missing);
+            assert_eq!(ci(&partial), None, "without {}", github[missing].0);
+        }
+        assert_eq!(ci(&github[1..]), None, "GITHUB_ACTIONS unset");
+
+        let gitlab_job = "https://gitlab.com/g/p/-/jobs/42";
+        assert_eq!(
+            ci(&[("GITLAB_CI", "true"), ("CI_JOB_URL", gitlab_job)]),
+            job("gitlab", gitlab_job)
+        );
+        assert_eq!(ci(&[("GITLAB_CI", "true"), ("CI_JOB_URL", "")]), None);
+        assert_eq!(ci(&[("CI_JOB_URL", gitlab_job)]), None);
+
+        let jenkins_build = "https://ci.example/job/deploy/17/";
+        for marker in ["JENKINS_URL", "JENKINS_HOME"] {
+            assert_eq!(
+                ci(&[(marker, "x"), ("BUILD_URL", jenkins_build)]),
+                job("jenkins", jenkins_build)
+            );
+        }
+        assert_eq!(ci(&[("BUILD_URL", jenkins_build)]), None);
+        assert_eq!(
+            ci(&[("JENKINS_URL", ""), ("BUILD_URL", jenkins_build)]),
+            None
+        );
+        assert_eq!(ci(&[("JENKINS_URL", "x")]), None);
+
+        let buildkite_build = "https://buildkite.com/acme/app/builds/88";
+        assert_eq!(
+            ci(&[
+                ("BUILDKITE", "true"),
+                ("BUILDKITE_BUILD_URL", buildkite_build)
+            ]),
+            job("buildkite", buildkite_build)
+        );
+        assert_eq!(ci(&[("BUILDKITE_BUILD_URL", buildkite_build)]), None);
+
+        let circle_build = "https://circleci.com/gh/acme/app/99";
+        assert_eq!(
+            ci(&[("CIRCLECI", "true"), ("CIRCLE_BUILD_URL", circle_build)]),
+            job("circleci", circle_build)
+        );
+        assert_eq!(
+            ci(&[("CIRCLECI", "false"), ("CIRCLE_BUILD_URL", circle_build)]),
+            None
+        );
+
+        // Outside CI (a generic `CI=true` names no job).
+        assert_eq!(ci(&[]), None);
+        assert_eq!(ci(&[("CI", "true")]), None);
+    }
+
+    #[test]
+    fn the_ci_job_is_part_of_the_one_renderer() {
+        let parse = |json: &str| HolderData::parse(json.as_bytes()).unwrap();
+        let held = parse(
+            r#"{"host":"h","pid":9,"zklock_pid":8,"user":"u","acquired":true,
+                "ci":{"provider":"gitlab","url":"https://gl/j/1\u001b[2J"}}"#,
+        );
+        assert_eq!(
+            held.who(Detail::Full),
+            r"pid 9 (zklock 8) on h (user u), CI job https://gl/j/1\u{1b}[2J"
+        );
+        assert_eq!(
+            held.who(Detail::Brief),
+            r"pid 9 on h, CI job https://gl/j/1\u{1b}[2J"
+        );
+        assert_eq!(
+            describe(&seen(&held.to_bytes())).unwrap(),
+            r"pid 9 (zklock 8) on h (user u), CI job https://gl/j/1\u{1b}[2J since 2026-11-22T10:20:00Z"
+        );
+        // An unknown provider (a newer zklock's) still shows.
+        let other = parse(r#"{"pid":9,"ci":{"provider":"x","url":"u"}}"#);
+        assert_eq!(other.who(Detail::Brief), "pid 9, CI job u");
     }
 
     #[test]

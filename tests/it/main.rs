@@ -4,6 +4,7 @@
 // must never panic on a broken stderr, which is why it denies eprintln!.
 #![allow(clippy::print_stderr)]
 
+mod ci_job;
 mod closed_stderr;
 mod conflict;
 mod connect;

@@ -10,14 +10,37 @@ use std::time::{Duration, Instant};
 
 use super::TempDir;
 
+/// The variables zklock reads to name the CI job it runs in (docs/design.md,
+/// "Holder data"), and `CI`.
+pub const CI_VARIABLES: &[&str] = &[
+    "CI",
+    "GITHUB_ACTIONS",
+    "GITHUB_SERVER_URL",
+    "GITHUB_REPOSITORY",
+    "GITHUB_RUN_ID",
+    "GITLAB_CI",
+    "CI_JOB_URL",
+    "JENKINS_URL",
+    "JENKINS_HOME",
+    "BUILD_URL",
+    "BUILDKITE",
+    "BUILDKITE_BUILD_URL",
+    "CIRCLECI",
+    "CIRCLE_BUILD_URL",
+];
+
 /// The built binary with a clean environment: no inherited `ZKLOCK_*` (a developer's
-/// settings must not change test outcomes) and stdin from /dev/null.
+/// settings must not change test outcomes), none of the CI job's variables (the CI
+/// the tests run in must not either) and stdin from /dev/null.
 pub fn zklock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
     for (key, _) in std::env::vars_os() {
         if key.as_bytes().starts_with(b"ZKLOCK_") {
             cmd.env_remove(&key);
         }
+    }
+    for key in CI_VARIABLES {
+        cmd.env_remove(key);
     }
     cmd.stdin(Stdio::null());
     cmd

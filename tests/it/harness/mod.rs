@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 pub use client::{ClientSasl, ClientSecurity, ClientTls, Inspector, Stat};
 pub use cmd::{
-    Entry, EntryKind, KillOnDrop, LockLog, signal, unique_path, wait_for_exit, wait_for_file,
-    zklock, zklock_run,
+    CI_VARIABLES, Entry, EntryKind, KillOnDrop, LockLog, signal, unique_path, wait_for_exit,
+    wait_for_file, zklock, zklock_run,
 };
 pub use ensemble::Ensemble;
 pub use gated::Gated;
