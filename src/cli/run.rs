@@ -93,12 +93,12 @@ pub struct RunArgs {
     #[arg(short = 'n', long)]
     pub no_wait: bool,
 
-    /// Join the queue only if fewer than N runs are waiting ahead (holders
-    /// do not count); otherwise give up at once (exit as -E), saying how
-    /// many wait. 0 joins only a queue nobody waits in. Runs arriving
-    /// together may each count the others: more of them may give up than
-    /// needed, but none while fewer than N are ahead of it. With several
-    /// paths, each is checked as it is queued for; -n never waits anyway.
+    /// Wait for the lock only if fewer than N runs are waiting ahead
+    /// (holders do not count); otherwise give up at once (exit as -E),
+    /// saying how many wait. 0 takes a free lock and never waits. Runs
+    /// arriving together may each count the others: more of them may give
+    /// up than needed, but none while fewer than N are ahead of it. Checked
+    /// for each PATH as it is queued for (again after a lost session).
     #[arg(long, value_name = "N", conflicts_with = "limit")]
     pub max_waiting: Option<u32>,
 

@@ -201,11 +201,13 @@ pub async fn enqueue(
 }
 
 /// With `--max-waiting limit`, on the first listing after we queued: how
-/// many runs wait ahead of us, if that is `limit` or more. Our node exists
-/// at that listing, so every node counted really is ahead of us.
+/// many runs wait ahead of us, if that is `limit` or more and we would wait
+/// (a free lock is taken, even with 0). Our node exists at that listing, so
+/// every node counted really is ahead of us.
 fn queue_full(limit: u32, children: &[String], me: &str) -> Option<usize> {
     let waiting = recipe::waiting_ahead(children, me);
-    (waiting >= limit as usize).then_some(waiting)
+    let would_wait = matches!(recipe::standing(children, me), Standing::Waiting { .. });
+    (would_wait && waiting >= limit as usize).then_some(waiting)
 }
 
 /// `existing`, or a new data watch on our node at `path`; None if the node
