@@ -386,17 +386,19 @@ mod tests {
         ];
         assert_eq!(waiting_ahead(&names(&[r1, r2, w1, me]), me), 1);
 
-        // Exclusive: everyone after the first waits; across the wrap too.
-        let queue = [
+        // Exclusive: everyone after the first waits; across the wrap, in
+        // string order (see `queue_order_across_the_wrap`).
+        let [a, b, c, d] = [
             "_c_a-lock-2147483646",
             "_c_b-lock-2147483647",
             "_c_c-lock--2147483648",
             "_c_d-lock--2147483647",
         ];
-        let children = names(&queue);
-        assert_eq!(waiting_ahead(&children, queue[3]), 0);
-        assert_eq!(waiting_ahead(&children, queue[2]), 1);
-        assert_eq!(waiting_ahead(&children, queue[0]), 3);
+        let children = names(&[a, b, c, d]);
+        assert_eq!(waiting_ahead(&children, d), 0);
+        assert_eq!(waiting_ahead(&children, c), 0);
+        assert_eq!(waiting_ahead(&children, a), 1);
+        assert_eq!(waiting_ahead(&children, b), 2);
     }
 
     /// Whatever holds, the count is the contenders ahead minus the holders
