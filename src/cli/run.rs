@@ -93,6 +93,15 @@ pub struct RunArgs {
     #[arg(short = 'n', long)]
     pub no_wait: bool,
 
+    /// Wait for the lock only if fewer than N runs are waiting ahead
+    /// (holders do not count); otherwise give up at once (exit as -E),
+    /// saying how many wait. 0 takes a free lock and never waits. Runs
+    /// arriving together may each count the others: more of them may give
+    /// up than needed, but none while fewer than N are ahead of it. Checked
+    /// for each PATH as it is queued for (again after a lost session).
+    #[arg(long, value_name = "N", conflicts_with = "limit")]
+    pub max_waiting: Option<u32>,
+
     /// Exit status when the lock is not acquired (0-255).
     #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = CONFLICT_DEFAULT)]
     pub conflict_exit_code: u8,

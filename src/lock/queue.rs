@@ -46,6 +46,9 @@ pub enum Acquired {
     Busy,
     /// Our node vanished while we waited: the session (or the node) is lost.
     Lost,
+    /// Not joining (`--max-waiting`): this many runs were already waiting
+    /// ahead of our node, which is deleted with the session.
+    QueueFull(usize),
 }
 
 /// Everything a caller needs to take one lock.
@@ -55,6 +58,9 @@ pub struct Request<'a> {
     pub kind: LockKind,
     pub data: &'a [u8],
     pub wait: bool,
+    /// Join only a queue with fewer than this many waiting ahead of us
+    /// (`--max-waiting`); checked on the listing that comes with our create.
+    pub max_waiting: Option<u32>,
     /// The ACL of every node created, containers included.
     pub acls: &'a [zk::Acl],
 }
@@ -73,6 +79,7 @@ pub async fn take_turn(
     let (node, mut listed) = enqueue(request, dir, marker, owned, observer).await?;
     let me = node.name().to_owned();
     let mut reported_first = String::new();
+    let mut max_waiting = request.max_waiting.filter(|_| request.wait);
     let mut own_watch = None;
     'queue: loop {
         let children = match listed.take() {
@@ -84,6 +91,12 @@ pub async fn take_turn(
         };
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
+        }
+        // Only as we join: a run already in the queue stays in it.
+        if let Some(limit) = max_waiting.take()
+            && let Some(waiting) = queue_full(limit, &children, &me)
+        {
+            return Ok(Acquired::QueueFull(waiting));
         }
         let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
             Standing::Held => break,
@@ -185,6 +198,16 @@ pub async fn enqueue(
     observer.queued(&node);
     owned.push(node.clone());
     Ok((node, children))
+}
+
+/// With `--max-waiting limit`, on the first listing after we queued: how
+/// many runs wait ahead of us, if that is `limit` or more and we would wait
+/// (a free lock is taken, even with 0). Our node exists at that listing, so
+/// every node counted really is ahead of us.
+fn queue_full(limit: u32, children: &[String], me: &str) -> Option<usize> {
+    let waiting = recipe::waiting_ahead(children, me);
+    let would_wait = matches!(recipe::standing(children, me), Standing::Waiting { .. });
+    (would_wait && waiting >= limit as usize).then_some(waiting)
 }
 
 /// `existing`, or a new data watch on our node at `path`; None if the node

@@ -179,6 +179,23 @@ pub fn holding(queue: &[Class]) -> Vec<bool> {
         .collect()
 }
 
+/// How many contenders precede `me` in the queue without holding the lock
+/// (by [`holding`]): the runs waiting ahead of us, whatever they wait for.
+/// 0 when `me` is not among the children.
+pub fn waiting_ahead(children: &[String], me: &str) -> usize {
+    let Some(mine) = parse_contender(me).filter(|_| children.iter().any(|c| c == me)) else {
+        return 0;
+    };
+    let mut ahead: Vec<Contender<'_>> = children
+        .iter()
+        .filter_map(|c| parse_contender(c))
+        .filter(|other| seq_order(other.seq, mine.seq) == Ordering::Less)
+        .collect();
+    ahead.sort_by(|a, b| seq_order(a.seq, b.seq));
+    let classes: Vec<Class> = ahead.iter().map(|c| c.class).collect();
+    holding(&classes).into_iter().filter(|held| !held).count()
+}
+
 /// Whether a directory's children say it is a semaphore (zklock's or
 /// Curator's `InterProcessSemaphoreV2` layout).
 pub fn looks_like_semaphore(children: &[String]) -> bool {
@@ -337,6 +354,78 @@ mod tests {
                     .map(|me| standing(&children, me) == Standing::Held)
                     .collect();
                 assert_eq!(holding(&classes), expected, "{children:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn waiting_ahead_counts_only_non_holders() {
+        let [w1, r1, r2, x1, r3] = [
+            "_c_w1-__WRIT__0000000001",
+            "_c_r1-__READ__0000000002",
+            "_c_r2-__READ__0000000003",
+            "_c_x1-lock-0000000004",
+            "_c_r3-__READ__0000000005",
+        ];
+        // Listed out of order, with an unrelated child.
+        let children = names(&[r3, "unrelated", x1, w1, r2, r1]);
+        assert_eq!(waiting_ahead(&children, w1), 0);
+        assert_eq!(waiting_ahead(&children, r1), 0);
+        // Readers queued behind a writer are waiting, even for a reader.
+        assert_eq!(waiting_ahead(&children, r2), 1);
+        assert_eq!(waiting_ahead(&children, x1), 2);
+        assert_eq!(waiting_ahead(&children, r3), 3);
+        assert_eq!(waiting_ahead(&children, "_c_z-lock-0000000009"), 0);
+
+        // Readers that hold together do not count; the writer after them does.
+        let [r1, r2, w1, me] = [
+            "_c_r1-__READ__0000000001",
+            "0f3a__rlock__0000000002",
+            "0f3a__lock__0000000003",
+            "_c_me-lock-0000000004",
+        ];
+        assert_eq!(waiting_ahead(&names(&[r1, r2, w1, me]), me), 1);
+
+        // Exclusive: everyone after the first waits; across the wrap, in
+        // string order (see `queue_order_across_the_wrap`).
+        let [a, b, c, d] = [
+            "_c_a-lock-2147483646",
+            "_c_b-lock-2147483647",
+            "_c_c-lock--2147483648",
+            "_c_d-lock--2147483647",
+        ];
+        let children = names(&[a, b, c, d]);
+        assert_eq!(waiting_ahead(&children, d), 0);
+        assert_eq!(waiting_ahead(&children, c), 0);
+        assert_eq!(waiting_ahead(&children, a), 1);
+        assert_eq!(waiting_ahead(&children, b), 2);
+    }
+
+    /// Whatever holds, the count is the contenders ahead minus the holders
+    /// among them, as `holding` decides them.
+    #[test]
+    fn waiting_ahead_agrees_with_holding() {
+        for len in 1..=6u32 {
+            for bits in 0..(1u32 << len) {
+                let classes: Vec<Class> = (0..len)
+                    .map(|i| match bits >> i & 1 {
+                        1 => Class::Writer,
+                        _ => Class::Reader,
+                    })
+                    .collect();
+                let children: Vec<String> = classes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, class)| {
+                        let marker = if *class == Class::Writer { WRITE } else { READ };
+                        format!("_c_{i}{marker}{:010}", i + 1)
+                    })
+                    .collect();
+                let held = holding(&classes);
+                for (i, me) in children.iter().enumerate() {
+                    let expected = held[..i].iter().filter(|h| !**h).count();
+                    assert_eq!(waiting_ahead(&children, me), expected, "{children:?} {me}");
+                }
             }
         }
     }

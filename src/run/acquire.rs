@@ -7,7 +7,7 @@ use std::rc::Rc;
 use anyhow::Result;
 use tokio::time::Instant;
 
-use super::give_up::{deadline_after_first_look, give_up};
+use super::give_up::{deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
@@ -76,6 +76,12 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 let unreachable_since = unreachable_since.get();
                 let exit = give_up(plan, session, &owned, &observer, unreachable_since).await;
                 return Ok(Step::End(exit));
+            }
+            Ok(Acquired::QueueFull(waiting)) => {
+                display.clear();
+                return Ok(Step::End(
+                    queue_full(plan, session, &owned, &observer, waiting).await,
+                ));
             }
             // Our node lost, or an error: queue again, or fail.
             result => {
@@ -174,6 +180,7 @@ async fn take_in_order(
             kind: plan.kind,
             data: &plan.data,
             wait: plan.wait,
+            max_waiting: plan.args.max_waiting,
             acls: &plan.acls,
         };
         last = crate::lock::acquire(&request, owned, observer).await?;

@@ -82,3 +82,25 @@ pub async fn give_up(
     }
     Exit::Conflict(plan.args.conflict_exit_code)
 }
+
+/// Ends a run that did not join a queue already `waiting` deep
+/// (`--max-waiting`): deletes our nodes, ends the session, says why.
+pub async fn queue_full(
+    plan: &Plan<'_>,
+    session: Session,
+    owned: &[Node],
+    observer: &WaitReport,
+    waiting: usize,
+) -> Exit {
+    let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
+    session.close(&queue::paths(owned)).await;
+    let runs = match waiting {
+        1 => "1 run is",
+        _ => &format!("{waiting} runs are"),
+    };
+    let limit = plan.args.max_waiting.unwrap_or_default();
+    plan.report.note(format_args!(
+        "not waiting for {held_path}: {runs} already waiting (--max-waiting {limit})"
+    ));
+    Exit::Conflict(plan.args.conflict_exit_code)
+}

@@ -22,6 +22,7 @@ mod holder_data;
 mod holder_message;
 mod interop;
 mod kind_faults;
+mod max_waiting;
 mod messages;
 mod multi_path;
 mod operator;
