@@ -33,6 +33,10 @@ pub struct HolderData {
     /// mtime is when the lock was taken, on the server's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquired: Option<bool>,
+    /// `true` when the run was started with --supersede: a newer such run
+    /// may remove it from the queue while it waits (supersede.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersede: Option<bool>,
 }
 
 /// At most this many bytes of the command line (or label) are stored: the
@@ -77,6 +81,7 @@ impl HolderData {
             label,
             version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             acquired: None,
+            supersede: None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::lock::holder::Seen;
 pub use crate::lock::nodes::{MissingChroot, Node, paths};
 use crate::lock::nodes::{create_node, denied};
 use crate::lock::recipe::{self, LockKind, Standing};
+use crate::lock::supersede;
 use crate::session::retrying;
 
 /// Progress of a wait, for reporting.
@@ -46,6 +47,9 @@ pub enum Acquired {
     Busy,
     /// Our node vanished while we waited: the session (or the node) is lost.
     Lost,
+    /// A newer `--supersede` run removed our node (we have --supersede too);
+    /// who it is, for people (supersede.rs).
+    Superseded(String),
 }
 
 /// Everything a caller needs to take one lock.
@@ -55,6 +59,8 @@ pub struct Request<'a> {
     pub kind: LockKind,
     pub data: &'a [u8],
     pub wait: bool,
+    /// `--supersede`: on queueing, remove the older waiting such runs.
+    pub supersede: bool,
     /// The ACL of every node created, containers included.
     pub acls: &'a [zk::Acl],
 }
@@ -74,6 +80,8 @@ pub async fn take_turn(
     let me = node.name().to_owned();
     let mut reported_first = String::new();
     let mut own_watch = None;
+    // Only when we queue: later waiters queue behind us and remove us.
+    let mut supersede = request.supersede && request.wait;
     'queue: loop {
         let children = match listed.take() {
             Some(children) => children,
@@ -85,9 +93,16 @@ pub async fn take_turn(
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
         }
+        if std::mem::take(&mut supersede)
+            && supersede::remove_older(client, dir, &children, &me).await
+        {
+            continue 'queue;
+        }
         let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
             Standing::Held => break,
-            Standing::Missing => return Ok(Acquired::Lost),
+            Standing::Missing => {
+                return Ok(supersede::lost(request, dir, &me, Some(children.as_slice())).await);
+            }
             Standing::Waiting {
                 predecessor,
                 ahead,
@@ -119,7 +134,7 @@ pub async fn take_turn(
                 watch_own(client, &node.path, own_watch.take()),
             );
             let Some(mut own_watch_now) = own_watch_now? else {
-                return Ok(Acquired::Lost);
+                return Ok(supersede::lost(request, dir, &me, None).await);
             };
             let event = match ahead_watch {
                 Err(zk::Error::NoNode) => None,

@@ -77,6 +77,13 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 let exit = give_up(plan, session, &owned, &observer, unreachable_since).await;
                 return Ok(Step::End(exit));
             }
+            Ok(Acquired::Superseded(by)) => {
+                display.clear(); // before our last word
+                let _ = session.close(&queue::paths(&owned)).await;
+                let path = plan.order.join(" ");
+                report.note(format_args!("superseded while waiting for {path} by {by}"));
+                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+            }
             // Our node lost, or an error: queue again, or fail.
             result => {
                 let _ = session.close(&queue::paths(&owned)).await;
@@ -174,6 +181,7 @@ async fn take_in_order(
             kind: plan.kind,
             data: &plan.data,
             wait: plan.wait,
+            supersede: plan.args.supersede,
             acls: &plan.acls,
         };
         last = crate::lock::acquire(&request, owned, observer).await?;
