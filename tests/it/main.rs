@@ -33,6 +33,7 @@ mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;
+mod supersede;
 mod terminal;
 mod usage;
 mod visible_wait;
