@@ -150,19 +150,20 @@ fn plain_and_kazoo_waiters_stay() {
 #[test]
 fn a_waiter_that_took_the_lock_is_never_removed() {
     const ROUNDS: usize = 20;
-    const RUNS: usize = 4;
+    const RUNS: usize = 5;
     let connect = shared_server().connect_string();
     let zk = Inspector::connect(&connect);
     let path = unique_path("supersede-race");
     let log = LockLog::new();
     let scratch = TempDir::new();
+    let mut superseded = 0;
     for round in 0..ROUNDS {
         // Spawned back to back: each short hold hands over while the next
         // runs queue and remove the waiters ahead of them.
         let runs: Vec<(Run, std::path::PathBuf)> = (0..RUNS)
             .map(|i| {
                 let ran = scratch.path().join(format!("ran-{round}-{i}"));
-                let body = format!("touch '{}'; sleep 0.02", ran.display());
+                let body = format!("touch '{}'", ran.display());
                 let mut cmd = zklock_run(&connect, &path);
                 cmd.args(["--supersede", "--", "sh", "-c"])
                     .arg(log.shell_body(&body));
@@ -185,10 +186,12 @@ fn a_waiter_that_took_the_lock_is_never_removed() {
                 _ => panic!("round {round} run {i}: exit {code}: {stderr}"),
             }
             ran += usize::from(code == 0);
+            superseded += usize::from(code == 75);
         }
         // The newest run of a round is never superseded.
         assert!(ran >= 1, "round {round}: nobody ran");
     }
+    eprintln!("{superseded} of {} runs superseded", ROUNDS * RUNS);
     assert!(log.open_ids().is_empty(), "{}", log.contents());
     log.assert_exclusive();
     log.assert_tokens_increase();
