@@ -64,6 +64,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand run" -s x -l exclusive -d 
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s s -l shared -d 'Take a shared (read) lock: other readers may hold it at the same time, exclusive and write holders may not'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -l write -d 'Take a write lock (Curator\'s `__WRIT__` node), for sharing a path with users of Curator\'s read/write lock; otherwise the same as --exclusive'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s n -l no-wait -d 'Give up at once if the lock is held (same as --timeout 0)'
+complete -c zklock -n "__fish_zklock_using_subcommand run" -l supersede -d 'When this run queues, remove from the queue every older run on PATH that is still waiting and was started with --supersede too (each exits as -E, naming this run): the newest run goes next. The holder, other waiters and other clients\' nodes are never touched. Exclusive and write locks on one PATH only'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s v -l verbose -d 'Report the connection, the queue position and who holds the lock'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s q -l quiet -d 'Print errors only'
 complete -c zklock -n "__fish_zklock_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -128,7 +128,8 @@ Exit status:
   128+N        the command died of signal N, or zklock was interrupted by
                signal N before it ran the command
   75           lock not acquired: --timeout expired or --no-wait found it held;
-               or --once-per found a recent successful run
+               or --once-per found a recent successful run;
+               or a newer --supersede run superseded it
                (-E/--conflict-exit-code changes it)
   76           lock lost while the command ran; the command was terminated
   69           cannot reach the ensemble or establish a session within

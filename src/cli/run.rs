@@ -102,6 +102,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", conflicts_with = "limit")]
     pub max_waiting: Option<u32>,
 
+    /// When this run queues, remove from the queue every older run on PATH
+    /// that is still waiting and was started with --supersede too (each
+    /// exits as -E, naming this run): the newest run goes next. The holder,
+    /// other waiters and other clients' nodes are never touched. Exclusive
+    /// and write locks on one PATH only.
+    #[arg(long)]
+    pub supersede: bool,
+
     /// Exit status when the lock is not acquired (0-255).
     #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = CONFLICT_DEFAULT)]
     pub conflict_exit_code: u8,

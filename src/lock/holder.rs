@@ -36,6 +36,10 @@ pub struct HolderData {
     /// The CI job zklock runs in, when it runs in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci: Option<CiJob>,
+    /// `true` when the run was started with --supersede: a newer such run
+    /// may remove it from the queue while it waits (supersede.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersede: Option<bool>,
 }
 
 /// The CI job a zklock runs in, from its provider's documented environment
@@ -137,6 +141,7 @@ impl HolderData {
             version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             acquired: None,
             ci: CiJob::from_env(|name| std::env::var(name).ok()),
+            supersede: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod queue;
 pub mod recipe;
 pub mod record;
 pub mod semaphore;
+pub mod supersede;
 
 use anyhow::Result;
 

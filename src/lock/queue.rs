@@ -16,6 +16,7 @@ use crate::lock::holder::Seen;
 pub use crate::lock::nodes::{MissingChroot, Node, paths};
 use crate::lock::nodes::{create_node, denied};
 use crate::lock::recipe::{self, LockKind, Standing};
+use crate::lock::supersede;
 use crate::session::retrying;
 
 /// Progress of a wait, for reporting.
@@ -49,6 +50,9 @@ pub enum Acquired {
     /// Not joining (`--max-waiting`): this many runs were already waiting
     /// ahead of our node, which is deleted with the session.
     QueueFull(usize),
+    /// A newer `--supersede` run removed our node (we have --supersede too);
+    /// who it is, for people (supersede.rs).
+    Superseded(String),
 }
 
 /// Everything a caller needs to take one lock.
@@ -61,6 +65,8 @@ pub struct Request<'a> {
     /// Join only a queue with fewer than this many waiting ahead of us
     /// (`--max-waiting`); checked on the listing that comes with our create.
     pub max_waiting: Option<u32>,
+    /// `--supersede`: on queueing, remove the older waiting such runs.
+    pub supersede: bool,
     /// The ACL of every node created, containers included.
     pub acls: &'a [zk::Acl],
 }
@@ -81,6 +87,8 @@ pub async fn take_turn(
     let mut reported_first = String::new();
     let mut max_waiting = request.max_waiting.filter(|_| request.wait);
     let mut own_watch = None;
+    // Only when we queue: later waiters queue behind us and remove us.
+    let mut supersede = request.supersede && request.wait;
     'queue: loop {
         let children = match listed.take() {
             Some(children) => children,
@@ -92,6 +100,11 @@ pub async fn take_turn(
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
         }
+        if std::mem::take(&mut supersede)
+            && supersede::remove_older(client, dir, &children, &me).await
+        {
+            continue 'queue;
+        }
         // Only as we join: a run already in the queue stays in it.
         if let Some(limit) = max_waiting.take()
             && let Some(waiting) = queue_full(limit, &children, &me)
@@ -100,7 +113,9 @@ pub async fn take_turn(
         }
         let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
             Standing::Held => break,
-            Standing::Missing => return Ok(Acquired::Lost),
+            Standing::Missing => {
+                return Ok(supersede::lost(request, dir, &me, Some(children.as_slice())).await);
+            }
             Standing::Waiting {
                 predecessor,
                 ahead,
@@ -132,7 +147,7 @@ pub async fn take_turn(
                 watch_own(client, &node.path, own_watch.take()),
             );
             let Some(mut own_watch_now) = own_watch_now? else {
-                return Ok(Acquired::Lost);
+                return Ok(supersede::lost(request, dir, &me, None).await);
             };
             let event = match ahead_watch {
                 Err(zk::Error::NoNode) => None,

@@ -83,6 +83,13 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                     queue_full(plan, session, &owned, &observer, waiting).await,
                 ));
             }
+            Ok(Acquired::Superseded(by)) => {
+                display.clear(); // before our last word
+                let _ = session.close(&queue::paths(&owned)).await;
+                let path = plan.order.join(" ");
+                report.note(format_args!("superseded while waiting for {path} by {by}"));
+                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+            }
             // Our node lost, or an error: queue again, or fail.
             result => {
                 let _ = session.close(&queue::paths(&owned)).await;
@@ -181,6 +188,7 @@ async fn take_in_order(
             data: &plan.data,
             wait: plan.wait,
             max_waiting: plan.args.max_waiting,
+            supersede: plan.args.supersede,
             acls: &plan.acls,
         };
         last = crate::lock::acquire(&request, owned, observer).await?;

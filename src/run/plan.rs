@@ -42,7 +42,9 @@ impl<'a> Plan<'a> {
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
         let connect = args.connection.settings()?;
-        let own = HolderData::ours(&argv, args.label.as_deref());
+        let mut own = HolderData::ours(&argv, args.label.as_deref());
+        // Read by newer --supersede runs: only such waiters may be removed.
+        own.supersede = args.supersede.then_some(true);
         let plan = Plan {
             args,
             data: own.to_bytes(),
@@ -63,6 +65,7 @@ impl<'a> Plan<'a> {
                 .map_err(Failure::usage)?;
         }
         refuse_once_per(&plan)?;
+        refuse_supersede(&plan)?;
         Ok(plan)
     }
 
@@ -101,6 +104,26 @@ fn refuse_once_per(plan: &Plan<'_>) -> Result<()> {
             "--once-per needs an exclusive lock: shared holders could all decide to run"
         }
         (_, n) if n > 1 => "--once-per takes exactly one PATH (the record lives beside its lock)",
+        _ => return Ok(()),
+    };
+    Err(Failure::usage(why))
+}
+
+/// Why `--supersede` cannot go with the rest of the command line, if so:
+/// "the newest run goes next" has an obvious meaning only for one queue of
+/// runs that each exclude all others.
+fn refuse_supersede(plan: &Plan<'_>) -> Result<()> {
+    if !plan.args.supersede {
+        return Ok(());
+    }
+    let why = match (plan.kind, plan.paths.len()) {
+        (LockKind::Semaphore(_), _) => {
+            "--supersede cannot be combined with --limit: it needs an exclusive lock"
+        }
+        (LockKind::Read, _) => {
+            "--supersede needs an exclusive lock (-x or --write): shared waiters do not replace one another"
+        }
+        (_, n) if n > 1 => "--supersede takes exactly one PATH",
         _ => return Ok(()),
     };
     Err(Failure::usage(why))

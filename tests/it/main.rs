@@ -35,6 +35,7 @@ mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;
+mod supersede;
 mod terminal;
 mod usage;
 mod visible_wait;
