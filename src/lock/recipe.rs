@@ -330,18 +330,17 @@ mod tests {
         assert_eq!(standing(&children, x1), waiting(r3, 4, r1));
     }
 
-    #[test]
-    fn holding_agrees_with_standing() {
-        // Every queue of up to 6 readers and writers.
-        for len in 0..=6u32 {
-            for bits in 0..(1u32 << len) {
+    /// Every queue of up to 6 readers and writers: the classes and the names.
+    fn every_queue() -> impl Iterator<Item = (Vec<Class>, Vec<String>)> {
+        (0..=6u32).flat_map(|len| {
+            (0..(1u32 << len)).map(move |bits| {
                 let classes: Vec<Class> = (0..len)
                     .map(|i| match bits >> i & 1 {
                         1 => Class::Writer,
                         _ => Class::Reader,
                     })
                     .collect();
-                let children: Vec<String> = classes
+                let children = classes
                     .iter()
                     .enumerate()
                     .map(|(i, class)| {
@@ -349,12 +348,19 @@ mod tests {
                         format!("_c_{i}{marker}{:010}", i + 1)
                     })
                     .collect();
-                let expected: Vec<bool> = children
-                    .iter()
-                    .map(|me| standing(&children, me) == Standing::Held)
-                    .collect();
-                assert_eq!(holding(&classes), expected, "{children:?}");
-            }
+                (classes, children)
+            })
+        })
+    }
+
+    #[test]
+    fn holding_agrees_with_standing() {
+        for (classes, children) in every_queue() {
+            let expected: Vec<bool> = children
+                .iter()
+                .map(|me| standing(&children, me) == Standing::Held)
+                .collect();
+            assert_eq!(holding(&classes), expected, "{children:?}");
         }
     }
 
@@ -405,27 +411,11 @@ mod tests {
     /// among them, as `holding` decides them.
     #[test]
     fn waiting_ahead_agrees_with_holding() {
-        for len in 1..=6u32 {
-            for bits in 0..(1u32 << len) {
-                let classes: Vec<Class> = (0..len)
-                    .map(|i| match bits >> i & 1 {
-                        1 => Class::Writer,
-                        _ => Class::Reader,
-                    })
-                    .collect();
-                let children: Vec<String> = classes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, class)| {
-                        let marker = if *class == Class::Writer { WRITE } else { READ };
-                        format!("_c_{i}{marker}{:010}", i + 1)
-                    })
-                    .collect();
-                let held = holding(&classes);
-                for (i, me) in children.iter().enumerate() {
-                    let expected = held[..i].iter().filter(|h| !**h).count();
-                    assert_eq!(waiting_ahead(&children, me), expected, "{children:?} {me}");
-                }
+        for (classes, children) in every_queue() {
+            let held = holding(&classes);
+            for (i, me) in children.iter().enumerate() {
+                let expected = held[..i].iter().filter(|h| !**h).count();
+                assert_eq!(waiting_ahead(&children, me), expected, "{children:?} {me}");
             }
         }
     }
