@@ -20,7 +20,7 @@ use rustix::process::Pid;
 use crate::command::signals;
 
 /// Starts `argv` (not empty) with `env` added to our environment
-/// (overriding), in process group `pgid` (0: a new group), given the
+/// (overriding) and systemd's notification variables removed, in process group `pgid` (0: a new group), given the
 /// foreground of `terminal`, with the signals ignored when zklock started
 /// left ignored and every other at its default; returns the child's pid, or
 /// the errno of the failed exec (ENOENT: not found).
@@ -36,6 +36,9 @@ pub fn launch(
     command
         .envs(env.iter().map(|(key, value)| (key, value)))
         .process_group(pgid);
+    for withheld in crate::run::notify::WITHHELD {
+        command.env_remove(withheld);
+    }
     // SAFETY: `in_child` makes only async-signal-safe system calls on
     // values it owns, and allocates nothing: a forked child of a process
     // with threads may find the allocator's locks held.

@@ -5,11 +5,12 @@
 //! run's locks.
 
 use std::pin::pin;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use futures::future::{Either, join_all, select};
 
+use super::notify;
 use super::once;
 use super::plan::Plan;
 use crate::command::child::{self, Child, Prepared};
@@ -18,6 +19,7 @@ use crate::exit::Exit;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{Node, NodeWatch};
 use crate::session::{Release, Session};
+use crate::values::{Precision, rfc3339};
 
 /// How long the command runs before zklock records the acquisition in its
 /// node (see `run_command`); the recorded time is at most this late.
@@ -51,6 +53,7 @@ pub(super) async fn run_command(
     prepared: Prepared,
 ) -> Result<(Exit, Release)> {
     let child = Child::spawn(prepared, env)?;
+    notify::ready(|| held_status(env));
     let reattach = lease::Reattach {
         settings: plan.connect.clone(),
         session: session.client().session().clone(),
@@ -92,10 +95,19 @@ pub(super) async fn run_command(
         join_all(writes).await;
     };
     let lost = async {
-        match select(pin!(lease), pin!(recording)).await {
+        let lost = async {
+            match select(pin!(lease), pin!(recording)).await {
+                Either::Left((reason, _)) => reason,
+                Either::Right(((), lease)) => lease.await,
+            }
+        };
+        // The watchdog is fed only until the lock is lost.
+        let reason = match select(pin!(lost), pin!(notify::watchdog())).await {
             Either::Left((reason, _)) => reason,
-            Either::Right(((), lease)) => lease.await,
-        }
+            Either::Right((never, _)) => match never {},
+        };
+        notify::stopping();
+        reason
     };
     let report = plan.report;
     let limits = child::Limits {
@@ -104,6 +116,7 @@ pub(super) async fn run_command(
         stop_limit: policy.grace(),
     };
     let (exit, keeper) = child::supervise(child, signals, pin!(lost), limits, report).await;
+    notify::stopping();
     if let (Exit::TimedOut, Some(limit)) = (exit, plan.args.max_runtime) {
         report.error(format_args!(
             "the command ran longer than --max-runtime {limit}; terminated"
@@ -120,6 +133,23 @@ pub(super) async fn run_command(
     let release = session.release(&nodes);
     keeper.end_with_zklock();
     Ok((exit, release))
+}
+
+/// systemd's status line while the command runs: since when, and the
+/// fencing tokens the command was given.
+fn held_status(env: &[(&'static str, String)]) -> String {
+    let given = |name| {
+        env.iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.replace('\n', " "))
+            .unwrap_or_default()
+    };
+    format!(
+        "holding {} since {} (fencing token {})",
+        given("ZKLOCK_PATH"),
+        rfc3339(SystemTime::now(), Precision::Seconds),
+        given("ZKLOCK_FENCING_TOKEN")
+    )
 }
 
 /// The contract of docs/design.md, "Given to the command". With several paths, each variable

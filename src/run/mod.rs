@@ -7,6 +7,7 @@ mod give_up;
 mod hold;
 mod metrics;
 mod nested;
+pub(crate) mod notify;
 mod once;
 mod plan;
 mod wait;
@@ -69,6 +70,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     // Dropped on every way out without the command (which kills its keeper).
     let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
+    notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
     let Taken {
         session,
         held,

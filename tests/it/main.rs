@@ -36,6 +36,7 @@ mod semaphore;
 mod shared;
 mod signals;
 mod supersede;
+mod systemd;
 mod terminal;
 mod usage;
 mod visible_wait;

@@ -16,6 +16,7 @@ use indicatif::ProgressBar;
 use tokio::time::Instant;
 
 use self::terminal::new_bar;
+use super::notify;
 use crate::lock::holder::{self, Detail, HolderData, Seen};
 use crate::lock::queue::{Node, Observer};
 use crate::report::{self, Report, Verbosity};
@@ -172,10 +173,14 @@ impl WaitDisplay {
 
     /// Whether the holder's data is worth reading for this display.
     pub fn wants_data(&self) -> bool {
-        self.mode == Mode::Line
+        self.mode == Mode::Line || notify::enabled()
     }
 
     fn show(&self, queue: Queue) {
+        notify::status(|| {
+            let summary = summary(&queue, SystemTime::now());
+            format!("waiting for {}: {summary}", queue.path)
+        });
         *self.queue.borrow_mut() = Some(queue);
         self.redraw();
     }

@@ -1,0 +1,66 @@
+//! Reporting to systemd with the sd_notify protocol when zklock runs as a
+//! `Type=notify` service (docs/design.md, "Environment"): STATUS while it
+//! connects and waits, READY=1 once it holds the lock and has started the
+//! command, STOPPING=1 when it begins to stop, WATCHDOG=1 while it holds.
+//! Without `NOTIFY_SOCKET` nothing is sent or formatted.
+
+use std::convert::Infallible;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use sd_notify::NotifyState;
+
+/// What the command does not inherit: zklock alone speaks for the service,
+/// so a daemon that speaks sd_notify itself cannot say it is ready before
+/// zklock holds the lock (nor feed the watchdog while zklock cannot).
+pub const WITHHELD: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
+
+/// Read once: the environment does not change while zklock runs.
+static ENABLED: LazyLock<bool> = LazyLock::new(|| std::env::var_os("NOTIFY_SOCKET").is_some());
+
+/// Whether a service manager listens.
+pub fn enabled() -> bool {
+    *ENABLED
+}
+
+/// `STATUS=` the text `status` makes, only made when someone listens.
+pub fn status(status: impl FnOnce() -> String) {
+    if enabled() {
+        send(&[NotifyState::Status(&status())]);
+    }
+}
+
+/// READY=1 with what is held, once the command runs under the lock.
+pub fn ready(status: impl FnOnce() -> String) {
+    if enabled() {
+        send(&[NotifyState::Ready, NotifyState::Status(&status())]);
+    }
+}
+
+/// STOPPING=1: the command ended, or zklock stops it.
+pub fn stopping() {
+    if enabled() {
+        send(&[NotifyState::Stopping]);
+    }
+}
+
+/// Sends WATCHDOG=1 at half the interval systemd asks for; never resolves.
+/// Polled only while the lock holds and the command runs, so a holder that
+/// lost its lock, or whose event loop is wedged, stops feeding systemd.
+pub async fn watchdog() -> Infallible {
+    let every = match sd_notify::watchdog_enabled().filter(|_| enabled()) {
+        Some(interval) if !interval.is_zero() => interval / 2,
+        _ => return std::future::pending().await,
+    };
+    let mut ticks = tokio::time::interval(every.max(Duration::from_millis(1)));
+    loop {
+        ticks.tick().await;
+        send(&[NotifyState::Watchdog]);
+    }
+}
+
+/// A lost message changes nothing zklock does: systemd's own timeouts
+/// decide then.
+fn send(states: &[NotifyState<'_>]) {
+    let _ = sd_notify::notify(states);
+}

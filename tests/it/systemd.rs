@@ -1,0 +1,160 @@
+//! `zklock run` as a `Type=notify` systemd service: a Unix datagram socket
+//! stands in for systemd's notification socket.
+
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    Gated, KillOnDrop, TempDir, shared_server, unique_path, wait_for_exit, wait_for_file,
+    zklock_run,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Dumps its whole environment, says it runs, and waits for the release file.
+const SCRIPT: &str = r#"env > "$1/env"
+touch "$1/started"
+while [ ! -e "$1/release" ]; do sleep 0.02; done
+"#;
+
+/// The stand-in for systemd: a bound datagram socket and what it received.
+struct Systemd {
+    socket: UnixDatagram,
+    messages: Vec<String>,
+}
+
+impl Systemd {
+    fn bind(dir: &TempDir) -> Systemd {
+        let socket = UnixDatagram::bind(dir.path().join("notify")).expect("bind");
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        Systemd {
+            socket,
+            messages: Vec::new(),
+        }
+    }
+
+    /// Receives until `count` messages satisfy `want`; returns the index of the last.
+    fn until(&mut self, description: &str, count: usize, want: impl Fn(&str) -> bool) -> usize {
+        let begin = Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            let matching: Vec<usize> = (0..self.messages.len())
+                .filter(|&i| want(&self.messages[i]))
+                .collect();
+            if matching.len() >= count {
+                return matching[count - 1];
+            }
+            assert!(
+                begin.elapsed() < LONG,
+                "no message {description} in {:?}",
+                self.messages
+            );
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                (self.messages).push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+    }
+
+    /// Whatever arrives within `quiet`.
+    fn rest(&mut self, quiet: Duration) {
+        let begin = Instant::now();
+        let mut buf = [0u8; 4096];
+        while begin.elapsed() < quiet {
+            if let Ok(n) = self.socket.recv(&mut buf) {
+                (self.messages).push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+    }
+}
+
+/// `zklock run PATH -- SCRIPT DIR` with none of systemd's variables but `vars`.
+fn service(path: &str, dir: &TempDir, vars: &[(&str, String)]) -> KillOnDrop {
+    let mut cmd: Command = zklock_run(&shared_server().connect_string(), path);
+    for var in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(vars.iter().map(|(k, v)| (k, v)))
+        .args(["--", "sh", "-c", SCRIPT, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null());
+    KillOnDrop(cmd.spawn().expect("spawn zklock"))
+}
+
+#[test]
+fn reports_waiting_ready_watchdog_and_stopping_in_order() {
+    let path = unique_path("systemd");
+    let holder = Gated::start(zklock_run(&shared_server().connect_string(), &path));
+    let dir = TempDir::new();
+    let mut systemd = Systemd::bind(&dir);
+    let socket = dir.path().join("notify").to_str().unwrap().to_owned();
+    let mut zklock = service(
+        &path,
+        &dir,
+        &[
+            ("NOTIFY_SOCKET", socket),
+            ("WATCHDOG_USEC", "200000".to_owned()),
+        ],
+    );
+
+    let waiting = systemd.until("STATUS waiting", 1, |m| {
+        m.starts_with(&format!("STATUS=waiting for {path}: 1 ahead, held by "))
+    });
+    assert!(!dir.path().join("started").exists());
+    holder.finish();
+
+    let ready = systemd.until("READY=1", 1, |m| m.starts_with("READY=1\n"));
+    let status = systemd.messages[ready].clone();
+    assert!(
+        status.contains(&format!("\nSTATUS=holding {path} since "))
+            && status.contains("(fencing token "),
+        "{status}"
+    );
+    assert!(wait_for_file(dir.path().join("started"), LONG));
+    let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+    for var in ["NOTIFY_SOCKET=", "WATCHDOG_USEC=", "ZKLOCK_PATH="] {
+        let given = env.lines().any(|line| line.starts_with(var));
+        assert_eq!(
+            given,
+            var == "ZKLOCK_PATH=",
+            "{var} in the command's environment:\n{env}"
+        );
+    }
+
+    systemd.until("WATCHDOG=1 twice", 2, |m| m == "WATCHDOG=1\n");
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    let stopping = systemd.until("STOPPING=1", 1, |m| m == "STOPPING=1\n");
+    let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits");
+    assert!(status.success(), "{status}");
+
+    let m = &systemd.messages;
+    assert!(
+        m[0].starts_with(&format!("STATUS=connecting to ZooKeeper for {path}")),
+        "{m:?}"
+    );
+    assert!(0 < waiting && waiting < ready && ready < stopping, "{m:?}");
+    let watchdogs: Vec<usize> = (0..m.len()).filter(|&i| m[i] == "WATCHDOG=1\n").collect();
+    assert!(watchdogs.len() >= 2, "{m:?}");
+    assert!(
+        watchdogs.iter().all(|&i| ready < i && i < stopping),
+        "{m:?}"
+    );
+}
+
+#[test]
+fn nothing_is_sent_without_notify_socket() {
+    let path = unique_path("systemd-none");
+    let dir = TempDir::new();
+    let mut systemd = Systemd::bind(&dir);
+    // A watchdog asked for, but no socket named: zklock has no one to tell.
+    let mut zklock = service(&path, &dir, &[("WATCHDOG_USEC", "200000".to_owned())]);
+    assert!(wait_for_file(dir.path().join("started"), LONG));
+    systemd.rest(Duration::from_millis(500));
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits");
+    assert!(status.success(), "{status}");
+    systemd.rest(Duration::from_millis(100));
+    assert!(systemd.messages.is_empty(), "{:?}", systemd.messages);
+}
