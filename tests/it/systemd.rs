@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    Gated, KillOnDrop, TempDir, shared_server, unique_path, wait_for_exit, wait_for_file,
-    zklock_run,
+    Gated, Inspector, KillOnDrop, TempDir, shared_server, unique_path, wait_for_exit,
+    wait_for_file, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -157,4 +157,31 @@ fn nothing_is_sent_without_notify_socket() {
     assert!(status.success(), "{status}");
     systemd.rest(Duration::from_millis(100));
     assert!(systemd.messages.is_empty(), "{:?}", systemd.messages);
+}
+
+#[test]
+fn the_watchdog_stops_when_the_lock_is_lost() {
+    let path = unique_path("systemd-lost");
+    let dir = TempDir::new();
+    let mut systemd = Systemd::bind(&dir);
+    let socket = dir.path().join("notify").to_str().unwrap().to_owned();
+    let mut zklock = service(
+        &path,
+        &dir,
+        &[
+            ("NOTIFY_SOCKET", socket),
+            ("WATCHDOG_USEC", "200000".to_owned()),
+        ],
+    );
+    systemd.until("WATCHDOG=1", 1, |m| m == "WATCHDOG=1\n");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    for node in zk.children(&path) {
+        assert!(zk.delete(&format!("{path}/{node}")));
+    }
+    let stopping = systemd.until("STOPPING=1", 1, |m| m == "STOPPING=1\n");
+    let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits");
+    assert_eq!(status.code(), Some(76), "{status}");
+    systemd.rest(Duration::from_millis(300));
+    let m = &systemd.messages;
+    assert!(m[stopping..].iter().all(|m| m != "WATCHDOG=1\n"), "{m:?}");
 }
