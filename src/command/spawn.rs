@@ -20,7 +20,8 @@ use rustix::process::Pid;
 use crate::command::signals;
 
 /// Starts `argv` (not empty) with `env` added to our environment
-/// (overriding) and systemd's notification variables removed, in process group `pgid` (0: a new group), given the
+/// (overriding) and systemd's notification variables removed (see
+/// `run::notify`), in process group `pgid` (0: a new group), given the
 /// foreground of `terminal`, with the signals ignored when zklock started
 /// left ignored and every other at its default; returns the child's pid, or
 /// the errno of the failed exec (ENOENT: not found).
