@@ -31,7 +31,8 @@ pub const CI_VARIABLES: &[&str] = &[
 
 /// The built binary with a clean environment: no inherited `ZKLOCK_*` (a developer's
 /// settings must not change test outcomes), none of the CI job's variables (the CI
-/// the tests run in must not either) and stdin from /dev/null.
+/// the tests run in must not either), none of systemd's (a suite run from a unit would
+/// notify it) and stdin from /dev/null.
 pub fn zklock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
     for (key, _) in std::env::vars_os() {
@@ -39,7 +40,10 @@ pub fn zklock() -> Command {
             cmd.env_remove(&key);
         }
     }
-    for key in CI_VARIABLES {
+    for key in CI_VARIABLES
+        .iter()
+        .chain(&["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"])
+    {
         cmd.env_remove(key);
     }
     cmd.stdin(Stdio::null());
