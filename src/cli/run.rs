@@ -160,6 +160,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub metrics_file: Option<PathBuf>,
 
+    /// Health-check pings (healthchecks.io protocol): the host that runs the
+    /// command sends URL/start as it starts it, then URL for exit 0 or URL/N
+    /// for exit status N. Hosts that do not run it send nothing. Bounded
+    /// (10s), never changes the exit status; a failure is one line. The URL
+    /// is a secret: only its scheme and host are ever printed.
+    #[arg(long, value_name = "URL", env = "ZKLOCK_PING", hide_env_values = true)]
+    pub ping: Option<String>,
+
+    /// With --ping: a host that does not run the command because the lock
+    /// is held elsewhere or the job ran recently (exit as -E) sends a plain
+    /// URL ping too (a heartbeat from every host).
+    #[arg(long)]
+    pub ping_skipped: bool,
+
     /// Report the connection, the queue position and who holds the lock.
     #[arg(short, long, conflicts_with = "quiet")]
     pub verbose: bool,

@@ -37,7 +37,10 @@ pub fn launch(
     command
         .envs(env.iter().map(|(key, value)| (key, value)))
         .process_group(pgid);
-    for withheld in crate::run::notify::WITHHELD {
+    for withheld in crate::run::notify::WITHHELD
+        .iter()
+        .chain(&crate::run::ping::WITHHELD)
+    {
         command.env_remove(withheld);
     }
     // SAFETY: `in_child` makes only async-signal-safe system calls on

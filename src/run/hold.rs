@@ -12,6 +12,7 @@ use futures::future::{Either, join_all, select};
 
 use super::notify;
 use super::once;
+use super::ping;
 use super::plan::Plan;
 use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
@@ -54,6 +55,7 @@ pub(super) async fn run_command(
 ) -> Result<(Exit, Release)> {
     let child = Child::spawn(prepared, env)?;
     notify::ready(|| held_status(env));
+    ping::started();
     let reattach = lease::Reattach {
         settings: plan.connect.clone(),
         session: session.client().session().clone(),

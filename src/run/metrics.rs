@@ -27,6 +27,8 @@ pub struct Facts {
     last_success_ms: Cell<Option<i64>>,
     skipped: Cell<bool>,
     ran: Cell<bool>,
+    /// Failed `--ping`s, when it is given.
+    ping_failures: Cell<Option<u32>>,
 }
 
 impl Facts {
@@ -37,6 +39,7 @@ impl Facts {
             last_success_ms: Cell::new(None),
             skipped: Cell::new(false),
             ran: Cell::new(false),
+            ping_failures: Cell::new(None),
         }
     }
 
@@ -55,6 +58,15 @@ impl Facts {
 
     pub fn ran(&self) {
         self.ran.set(true);
+    }
+
+    /// Whether this host ran the command.
+    pub fn has_run(&self) -> bool {
+        self.ran.get()
+    }
+
+    pub fn ping_failures(&self, failures: Option<u32>) {
+        self.ping_failures.set(failures);
     }
 }
 
@@ -174,6 +186,7 @@ impl MetricsFile {
             acquired.map_or(Duration::ZERO, |a| now - a.0),
             acquired.map(|a| a.2),
             last_success,
+            facts.ping_failures.get(),
         ))
     }
 
@@ -212,6 +225,8 @@ fn previous_last_success(text: &str, label: &str) -> Option<f64> {
 }
 
 /// The report of one run, every metric a gauge.
+// One argument per metric: a struct would only repeat their names.
+#[expect(clippy::too_many_arguments)]
 fn render(
     label: &str,
     outcome: &str,
@@ -220,6 +235,7 @@ fn render(
     held: Duration,
     fencing_token: Option<i64>,
     last_success: Option<f64>,
+    ping_failures: Option<u32>,
 ) -> String {
     let path = format!("path=\"{}\"", escape_label(label));
     let mut out = String::new();
@@ -269,6 +285,11 @@ fn render(
             "When the last successful run started, in seconds since the epoch.",
             last_success.map(|seconds| format!("{seconds:.3}")),
         ),
+        (
+            "zklock_ping_failures",
+            "Health-check pings (--ping) of the last run that failed.",
+            ping_failures.map(|failures| failures.to_string()),
+        ),
     ];
     for (name, help, value) in singles {
         if let Some(value) = value {
@@ -306,6 +327,7 @@ mod tests {
             Duration::from_millis(20),
             Some(42),
             Some(1_700_000_000.5),
+            Some(1),
         );
         assert!(text.contains("zklock_outcome{path=\"/locks/x\",outcome=\"skipped\"} 1\n"));
         assert!(text.contains("zklock_outcome{path=\"/locks/x\",outcome=\"ran\"} 0\n"));
@@ -313,6 +335,7 @@ mod tests {
         assert!(text.contains("zklock_exit_status{path=\"/locks/x\"} 75\n"));
         assert!(text.contains("zklock_wait_seconds{path=\"/locks/x\"} 1.500\n"));
         assert!(text.contains("zklock_fencing_token{path=\"/locks/x\"} 42\n"));
+        assert!(text.contains("zklock_ping_failures{path=\"/locks/x\"} 1\n"));
         assert_eq!(
             previous_last_success(&text, "/locks/x"),
             Some(1_700_000_000.5)

@@ -9,6 +9,7 @@ mod metrics;
 mod nested;
 pub(crate) mod notify;
 mod once;
+pub(crate) mod ping;
 mod plan;
 mod wait;
 
@@ -40,6 +41,11 @@ pub fn run(args: RunArgs) -> Result<Exit> {
         }
         None => None,
     };
+    ping::configure(
+        args.ping.as_deref(),
+        args.ping_skipped,
+        Report(args.verbosity()),
+    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -50,6 +56,8 @@ pub fn run(args: RunArgs) -> Result<Exit> {
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
     runtime.shutdown_background();
+    // After the lock is released: a slow check delays only zklock's exit.
+    facts.ping_failures(ping::finish(&result, facts.has_run()));
     if let Some(metrics) = metrics {
         if let Err(err) = metrics.write(&result, &facts) {
             Report(verbosity).error(format_args!(

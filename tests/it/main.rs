@@ -26,6 +26,7 @@ mod max_waiting;
 mod messages;
 mod multi_path;
 mod operator;
+mod ping;
 mod reentrant;
 mod run_basics;
 mod secure;

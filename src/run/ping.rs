@@ -1,0 +1,198 @@
+//! `--ping URL`: health-check pings in the healthchecks.io protocol
+//! (docs/design.md, "Health-check pings"). The host that runs the command
+//! sends `URL/start` as it starts it and `URL` (exit 0) or `URL/N` when it
+//! ends; hosts that do not run it send nothing, or a plain `URL` with
+//! `--ping-skipped`. A ping never changes the exit status nor delays the
+//! command or the lock: each is bounded, sent from its own thread (the
+//! start ping) or after the lock is released (the final one).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
+
+use crate::exit::{Exit, Failure};
+use crate::report::Report;
+
+/// What the command does not inherit: the URL is a credential, and a
+/// zklock run by the command would ping the same check.
+pub const WITHHELD: [&str; 1] = ["ZKLOCK_PING"];
+
+/// The whole time one ping may take, retries included.
+const BOUND: Duration = Duration::from_secs(10);
+/// Retries after a connection error (never after an answer or a timeout).
+const RETRIES: u32 = 2;
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Set once by `configure`, when `--ping` is given.
+static PINGER: OnceLock<Pinger> = OnceLock::new();
+
+struct Pinger {
+    url: String,
+    skipped: bool,
+    report: Report,
+    started: AtomicBool,
+    start: Mutex<Option<JoinHandle<()>>>,
+    failures: Arc<AtomicU32>,
+}
+
+/// Checks URL (a usage error unless http:// or https://) and enables the
+/// pings.
+pub fn configure(url: Option<&str>, skipped: bool, report: Report) -> Result<()> {
+    let Some(url) = url.filter(|url| !url.is_empty()) else {
+        return Ok(());
+    };
+    let valid = ["http://", "https://"].iter().any(|scheme| {
+        url.strip_prefix(scheme)
+            .is_some_and(|rest| !rest.is_empty())
+    }) && url.parse::<ureq::http::Uri>().is_ok();
+    if !valid {
+        // Not echoed: it may be a credential with a typo.
+        return Err(Failure::usage("--ping needs an http:// or https:// URL"));
+    }
+    let _ = PINGER.set(Pinger {
+        url: url.trim_end_matches('/').to_owned(),
+        skipped,
+        report,
+        started: AtomicBool::new(false),
+        start: Mutex::new(None),
+        failures: Arc::new(AtomicU32::new(0)),
+    });
+    Ok(())
+}
+
+/// The command has started: `URL/start`, sent concurrently.
+pub fn started() {
+    let Some(pinger) = PINGER.get() else { return };
+    pinger.started.store(true, Ordering::Relaxed);
+    let url = format!("{}/start", pinger.url);
+    let (report, failures) = (pinger.report, Arc::clone(&pinger.failures));
+    let thread = std::thread::Builder::new()
+        .name("zklock-ping".into())
+        .spawn(move || send(&url, report, &failures));
+    match thread {
+        Ok(thread) => {
+            *pinger.start.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        }
+        Err(err) => fail(report, &pinger.failures, &pinger.url, &err.to_string()),
+    }
+}
+
+/// Sends the final ping of a finished run (after the lock is released),
+/// once the start ping is done; `ran` is whether this host ran the
+/// command. Returns the failed pings, or None without `--ping`.
+pub fn finish(result: &Result<Exit>, ran: bool) -> Option<u32> {
+    let pinger = PINGER.get()?;
+    let start = pinger
+        .start
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(start) = start {
+        let _ = start.join();
+    }
+    let ran = ran || pinger.started.load(Ordering::Relaxed);
+    let suffix = match result {
+        Ok(Exit::Command(0)) if ran => Some(String::new()),
+        Ok(exit) if ran => Some(format!("/{}", exit.code())),
+        Err(err) if ran => Some(format!("/{}", Exit::for_error(err).code())),
+        // Another host holds the lock, or ran the job recently.
+        Ok(Exit::Conflict(_)) if pinger.skipped => Some(String::new()),
+        // Errors before the command ran are not this check's to report:
+        // another host may well run the job.
+        _ => None,
+    };
+    if let Some(suffix) = suffix {
+        send(
+            &format!("{}{suffix}", pinger.url),
+            pinger.report,
+            &pinger.failures,
+        );
+    }
+    Some(pinger.failures.load(Ordering::Relaxed))
+}
+
+/// One ping, within BOUND; a failure is one line (hidden by `-q`).
+fn send(url: &str, report: Report, failures: &AtomicU32) {
+    let deadline = Instant::now() + BOUND;
+    let mut attempt = 0;
+    let failure = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let error = match agent(left).get(url).call() {
+            Ok(_) => return,
+            Err(err) => err,
+        };
+        let retry = attempt < RETRIES
+            && left > RETRY_PAUSE
+            && match &error {
+                ureq::Error::Io(err) => err.kind() != std::io::ErrorKind::TimedOut,
+                ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+                _ => false,
+            };
+        if !retry {
+            break error;
+        }
+        attempt += 1;
+        std::thread::sleep(RETRY_PAUSE);
+    };
+    let reason = match failure {
+        ureq::Error::StatusCode(code) => format!("HTTP status {code}"),
+        other => other.to_string().replace(url, &shown(url)),
+    };
+    fail(report, failures, url, &reason);
+}
+
+fn fail(report: Report, failures: &AtomicU32, url: &str, reason: &str) {
+    failures.fetch_add(1, Ordering::Relaxed);
+    report.note(format_args!("ping to {} failed: {reason}", shown(url)));
+}
+
+/// Blocking, verifying against the system's CA store (which honours
+/// SSL_CERT_FILE and SSL_CERT_DIR) with the rustls and aws-lc-rs that the
+/// ZooKeeper client already brings.
+fn agent(timeout: Duration) -> ureq::Agent {
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::PlatformVerifier)
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(true)
+        .timeout_global(Some(timeout))
+        .build()
+        .new_agent()
+}
+
+/// The URL as it may be printed: scheme and host only, as the rest (and
+/// any user info) is the credential.
+fn shown(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    format!("{scheme}://{host}/...")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn only_the_scheme_and_host_are_shown() {
+        assert_eq!(
+            shown("https://hc.example.net/ping/0f7a-uuid"),
+            "https://hc.example.net/..."
+        );
+        assert_eq!(
+            shown("http://user:secret@hc:8000/p?x=1"),
+            "http://hc:8000/..."
+        );
+        assert_eq!(
+            shown("https://hc.example.net"),
+            "https://hc.example.net/..."
+        );
+    }
+}

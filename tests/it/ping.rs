@@ -1,0 +1,171 @@
+//! `--ping URL`: health-check pings (healthchecks.io protocol) to a real
+//! HTTP server on loopback that the test starts.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::harness::{Gated, Outcome, run_bounded, shared_server, unique_path, zklock_run};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// An HTTP server on 127.0.0.1 that answers every request with `status`
+/// and records the request lines in order.
+struct PingServer {
+    url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl PingServer {
+    fn start(status: u16) -> PingServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/ping/secret-uuid", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(LONG));
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut first = String::new();
+                let _ = reader.read_line(&mut first);
+                loop {
+                    let mut line = String::new();
+                    match reader.read_line(&mut line) {
+                        Ok(n) if n > 0 && line != "\r\n" => continue,
+                        _ => break,
+                    }
+                }
+                seen.lock().unwrap().push(first.trim_end().to_owned());
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+            }
+        });
+        PingServer { url, requests }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// `zklock run --ping url` on a fresh path; no proxy between it and loopback.
+fn ping_run(path: &str, url: &str, options: &[&str], command: &str) -> Outcome {
+    let mut cmd = pinging(path, url);
+    cmd.args(options).args(["--", "sh", "-c", command]);
+    run_bounded(&mut cmd, LONG)
+}
+
+fn pinging(path: &str, url: &str) -> Command {
+    let mut cmd = zklock_run(&shared_server().connect_string(), path);
+    for proxy in [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(proxy);
+    }
+    cmd.arg("--ping").arg(url);
+    cmd
+}
+
+#[test]
+fn the_host_that_runs_pings_start_then_its_exit_status() {
+    let server = PingServer::start(200);
+    let out = ping_run(&unique_path("ping-ok"), &server.url, &[], "exit 0");
+    out.assert_code(0);
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid HTTP/1.1"
+        ]
+    );
+    let server = PingServer::start(200);
+    // From the environment too, and the command does not see it.
+    let mut cmd = zklock_run(&shared_server().connect_string(), &unique_path("ping-3"));
+    cmd.env("ZKLOCK_PING", &server.url).args([
+        "--",
+        "sh",
+        "-c",
+        "test -z \"$ZKLOCK_PING\" && exit 3",
+    ]);
+    run_bounded(&mut cmd, LONG).assert_code(3);
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid/3 HTTP/1.1"
+        ]
+    );
+}
+
+#[test]
+fn hosts_that_do_not_run_send_nothing_or_a_plain_ping() {
+    let path = unique_path("ping-held");
+    let holder = Gated::start(zklock_run(&shared_server().connect_string(), &path));
+    let server = PingServer::start(200);
+    ping_run(&path, &server.url, &["--no-wait"], "exit 0").assert_code(75);
+    assert_eq!(server.requests(), Vec::<String>::new());
+    ping_run(
+        &path,
+        &server.url,
+        &["--no-wait", "--ping-skipped"],
+        "exit 0",
+    )
+    .assert_code(75);
+    assert_eq!(server.requests(), ["GET /ping/secret-uuid HTTP/1.1"]);
+    assert!(holder.finish().success());
+}
+
+#[test]
+fn a_failing_ping_changes_nothing_but_one_line() {
+    let server = PingServer::start(500);
+    let out = ping_run(&unique_path("ping-500"), &server.url, &[], "exit 4");
+    out.assert_code(4);
+    assert_eq!(server.requests().len(), 2);
+    let failed: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("ping to"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{}", out.stderr);
+    assert!(failed[0].contains("http://127.0.0.1:"), "{}", failed[0]);
+    assert!(!out.stderr.contains("secret-uuid"), "{}", out.stderr);
+
+    // A closed port: connection refused, retried, then one line per ping.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/ping/secret-uuid", closed.local_addr().unwrap());
+    drop(closed);
+    let out = ping_run(&unique_path("ping-refused"), &url, &[], "exit 0");
+    out.assert_code(0);
+    assert_eq!(
+        out.stderr.lines().filter(|l| l.contains("ping to")).count(),
+        2,
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("secret-uuid"), "{}", out.stderr);
+    let out = ping_run(&unique_path("ping-quiet"), &url, &["-q"], "exit 0");
+    out.assert_code(0);
+    assert_eq!(out.stderr, "");
+}
+
+#[test]
+fn a_url_that_is_not_http_is_a_usage_error() {
+    let out = ping_run(
+        &unique_path("ping-bad"),
+        "ftp://hc/secret-uuid",
+        &[],
+        "exit 0",
+    );
+    out.assert_code(64);
+    assert!(!out.stderr.contains("secret-uuid"), "{}", out.stderr);
+}
