@@ -1,13 +1,18 @@
 //! `--ping URL`: health-check pings (healthchecks.io protocol) to a real
 //! HTTP server on loopback that the test starts.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::harness::{Gated, Outcome, run_bounded, shared_server, unique_path, zklock_run};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::harness::{
+    CertKey, Gated, Outcome, TempDir, pki, run_bounded, shared_server, unique_path, zklock_run,
+};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -20,29 +25,49 @@ struct PingServer {
 
 impl PingServer {
     fn start(status: u16) -> PingServer {
+        PingServer::serve(status, None)
+    }
+
+    /// HTTPS with the server certificate `cert`.
+    fn start_tls(status: u16, cert: &CertKey) -> PingServer {
+        let chain = CertificateDer::pem_file_iter(&cert.cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(&cert.key).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        PingServer::serve(status, Some(Arc::new(config)))
+    }
+
+    fn serve(status: u16, tls: Option<Arc<rustls::ServerConfig>>) -> PingServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/ping/secret-uuid", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!(
+            "{scheme}://{}/ping/secret-uuid",
+            listener.local_addr().unwrap()
+        );
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&requests);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
+                let Ok(stream) = stream else { continue };
                 let _ = stream.set_read_timeout(Some(LONG));
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut first = String::new();
-                let _ = reader.read_line(&mut first);
-                loop {
-                    let mut line = String::new();
-                    match reader.read_line(&mut line) {
-                        Ok(n) if n > 0 && line != "\r\n" => continue,
-                        _ => break,
+                let _ = stream.set_write_timeout(Some(LONG));
+                match &tls {
+                    Some(config) => {
+                        let Ok(conn) = rustls::ServerConnection::new(Arc::clone(config)) else {
+                            continue;
+                        };
+                        answer(rustls::StreamOwned::new(conn, stream), status, &seen);
                     }
+                    None => answer(stream, status, &seen),
                 }
-                seen.lock().unwrap().push(first.trim_end().to_owned());
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                );
             }
         });
         PingServer { url, requests }
@@ -51,6 +76,29 @@ impl PingServer {
     fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// Reads one request, records its first line, answers `status`.
+fn answer(stream: impl Read + Write, status: u16, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(stream);
+    let mut first = String::new();
+    if reader.read_line(&mut first).unwrap_or(0) == 0 {
+        return; // e.g. a TLS handshake the client refused
+    }
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(n) if n > 0 && line != "\r\n" => continue,
+            _ => break,
+        }
+    }
+    seen.lock().unwrap().push(first.trim_end().to_owned());
+    let stream = reader.get_mut();
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    let _ = stream.flush();
 }
 
 /// `zklock run --ping url` on a fresh path; no proxy between it and loopback.
@@ -128,8 +176,19 @@ fn hosts_that_do_not_run_send_nothing_or_a_plain_ping() {
 #[test]
 fn a_failing_ping_changes_nothing_but_one_line() {
     let server = PingServer::start(500);
-    let out = ping_run(&unique_path("ping-500"), &server.url, &[], "exit 4");
+    let dir = TempDir::new();
+    let metrics = dir.path().join("job.prom");
+    let metrics_arg = format!("--metrics-file={}", metrics.display());
+    let out = ping_run(
+        &unique_path("ping-500"),
+        &server.url,
+        &[&metrics_arg],
+        "exit 4",
+    );
     out.assert_code(4);
+    let report = std::fs::read_to_string(&metrics).unwrap();
+    assert!(report.contains("zklock_ping_failures{path=\""), "{report}");
+    assert!(report.contains("\"} 2\n"), "{report}");
     assert_eq!(server.requests().len(), 2);
     let failed: Vec<&str> = out
         .stderr
@@ -168,4 +227,36 @@ fn a_url_that_is_not_http_is_a_usage_error() {
     );
     out.assert_code(64);
     assert!(!out.stderr.contains("secret-uuid"), "{}", out.stderr);
+}
+
+#[test]
+fn https_is_verified_against_the_ca_bundle_of_the_environment() {
+    let server = PingServer::start_tls(200, &pki().server);
+    let mut cmd = pinging(&unique_path("ping-tls"), &server.url);
+    cmd.env("SSL_CERT_FILE", &pki().ca).args(["--", "true"]);
+    run_bounded(&mut cmd, LONG).assert_code(0);
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid HTTP/1.1"
+        ]
+    );
+
+    // A server whose CA is not trusted gets no request.
+    let server = PingServer::start_tls(200, &pki().unknown_ca_server);
+    let mut cmd = pinging(&unique_path("ping-tls-unknown"), &server.url);
+    cmd.env("SSL_CERT_FILE", &pki().ca).args(["--", "true"]);
+    let out = run_bounded(&mut cmd, LONG);
+    out.assert_code(0);
+    assert_eq!(server.requests(), Vec::<String>::new());
+    assert_eq!(
+        out.stderr
+            .lines()
+            .filter(|l| l.contains("ping to https://127.0.0.1:"))
+            .count(),
+        2,
+        "{}",
+        out.stderr
+    );
 }
