@@ -260,3 +260,52 @@ fn https_is_verified_against_the_ca_bundle_of_the_environment() {
         out.stderr
     );
 }
+
+/// A server that accepts and never answers: the command starts without
+/// waiting for the start ping, each ping gives up at its bound (10 s), and the
+/// exit status is the command's.
+#[test]
+fn a_hanging_server_delays_neither_the_command_nor_the_status() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/ping/secret-uuid", listener.local_addr().unwrap());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&held);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            keep.lock().unwrap().push(stream); // open, silent
+        }
+    });
+    let dir = TempDir::new();
+    let started = dir.path().join("started");
+    let begun = std::time::Instant::now();
+    let mut cmd = pinging(&unique_path("ping-hang"), &url);
+    cmd.args(["--", "sh", "-c", "touch \"$1\"; exit 5", "sh"])
+        .arg(&started);
+    let mut zklock = crate::harness::KillOnDrop(
+        cmd.stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn zklock"),
+    );
+    crate::harness::wait_until(LONG, "the command started", || started.exists());
+    // Well inside the ping's own bound: the command did not wait for it.
+    assert!(
+        begun.elapsed() < Duration::from_secs(8),
+        "the command started {:?} after zklock",
+        begun.elapsed()
+    );
+    let status = crate::harness::wait_for_exit(&mut zklock, LONG).expect("zklock ends");
+    assert_eq!(status.code(), Some(5));
+    let mut stderr = String::new();
+    zklock
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("ping to")).count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("secret-uuid"), "{stderr}");
+}
