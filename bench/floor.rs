@@ -50,6 +50,11 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
+// zklock's own: TCP_NODELAY on the crate's connections, which any wrapper on
+// this crate should set (see the module's comment).
+#[path = "../src/session/nodelay.rs"]
+mod nodelay;
+
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 #[tokio::main(flavor = "current_thread")]
@@ -86,6 +91,7 @@ async fn connect(hosts: &str) -> Result<zk::Client> {
         .with_session_timeout(Duration::from_secs(10))
         .connect(hosts)
         .await?;
+    nodelay::set_on_every_socket();
     Ok(client)
 }
 

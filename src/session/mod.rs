@@ -6,6 +6,7 @@ pub mod config;
 mod diagnose;
 #[cfg(feature = "kerberos")]
 pub mod kerberos_check;
+mod nodelay;
 pub mod options;
 pub mod secret;
 pub mod settings;
@@ -158,6 +159,7 @@ impl Session {
             };
             match attempt {
                 Ok(Ok(client)) => {
+                    nodelay::set_on_every_socket();
                     let states = client.state_watcher();
                     return Ok(Session {
                         client,

@@ -28,6 +28,7 @@ mod multi_path;
 mod operator;
 mod ping;
 mod reentrant;
+mod round_trips;
 mod run_basics;
 mod secure;
 mod secure_harness_selftest;

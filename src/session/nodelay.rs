@@ -1,0 +1,41 @@
+//! TCP_NODELAY on the connections to ZooKeeper.
+//!
+//! The client library never sets TCP_NODELAY (ZooKeeper's Java client
+//! does) and writes each request as soon as it is queued. Under Nagle's
+//! algorithm the second request of a burst then waits in the kernel for
+//! the first one's answer to bring its ACK, so a burst of the acquisition or
+//! the release (docs/design.md, "Round trips") takes two round trips
+//! instead of one. The library gives no access to its socket, so zklock
+//! sets the option on every socket of its own once a session is
+//! established. A connection the library makes later (a reconnection) is
+//! without it: a burst on it is slower, never wrong. This goes when the
+//! library sets the option itself.
+
+use std::os::fd::{BorrowedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+/// Sets TCP_NODELAY on every TCP socket of this process; quietly does
+/// nothing where it cannot (no /proc, a socket that is not TCP).
+pub fn set_on_every_socket() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(fd) = (entry.file_name().to_str()).and_then(|name| name.parse::<RawFd>().ok())
+        else {
+            continue;
+        };
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.as_os_str().as_bytes().starts_with(b"socket:"));
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: /proc listed `fd` as open, and it stays open until this
+        // call returns: sessions are established on zklock's one thread (see
+        // session::block_on), this one, before any other thread that opens
+        // or closes descriptors (the ping's, started with the command) exists.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        // A Unix socket refuses the option: nothing to set there.
+        let _ = rustix::net::sockopt::set_tcp_nodelay(fd, true);
+    }
+}
