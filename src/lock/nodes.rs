@@ -39,10 +39,19 @@ impl Node {
 /// the server saw them right after our create, when that listing came back.
 ///
 /// Each attempt is one burst, one round trip: ZooKeeper serves a session's
-/// requests in order, so the ancestors' creates (only once a create said the
-/// directory is missing), our create, the directory's ACL (see below) and
-/// the listing are all sent before any answer is awaited. Each answer is
-/// then handled as the same request sent alone would be.
+/// requests in order, so the creates of the directory and its ancestors,
+/// our create, the directory's ACL (see below) and the listing are all sent
+/// before any answer is awaited. Each answer is handled as the same request
+/// sent alone would be; once our node is there, the ancestors' answers do
+/// not matter (an existing level answers NodeExists, or NoAuth where we may
+/// not create).
+///
+/// Containers are created in every burst: the server reaps an empty one
+/// within a minute, so for a lock taken once a day a missing directory is
+/// the normal case, and asking first would cost a round trip. Persistent
+/// directories (see [`dir_mode`]) are created only once a create said the
+/// directory is missing: they rarely are, and each level that exists costs
+/// an error transaction in the server's log.
 pub async fn create_node(
     client: &zk::Client,
     dir: &str,
@@ -57,63 +66,88 @@ pub async fn create_node(
     // Our ACL keeps others from deleting our node only if the directory's
     // does too (ZooKeeper checks DELETE on the parent).
     let guarded = !anyone_may_delete(acls);
-    let mut losses = Losses::default();
-    let mut missing_dirs = 0;
-    let mut containers = true;
-    loop {
-        let ancestors =
-            (missing_dirs > 0).then(|| send_ancestors(client, dir, &dir_mode(acls, containers)));
-        let created = client.create(&requested, data, &options);
-        let dir_acl = guarded.then(|| client.get_acl(dir));
-        let children = list.then(|| client.list_children(dir));
-        if let Some(ancestors) = ancestors {
-            match ancestors.await {
-                Ok(_) => {}
-                // A server without containers: persistent directories.
-                Err(None) => containers = false,
-                Err(Some(err)) => return Err(err),
-            }
-        }
-        match created.await {
-            Ok((stat, seq)) => {
-                let node = Node {
-                    path: format!("{requested}{seq}"),
-                    czxid: stat.czxid,
-                };
-                if let Some(dir_acl) = dir_acl {
-                    refuse_open_dir(client, dir, dir_acl.await, &node).await?;
-                }
-                // A listing that failed is made again by the caller.
-                let children = match children {
-                    Some(children) => children.await.ok(),
-                    None => None,
-                };
-                return Ok((node, children));
-            }
-            // The directory is missing, or a container was reaped under us:
-            // the next burst creates the ancestors first.
-            Err(zk::Error::NoNode) => {
-                missing_dirs += 1;
-                if missing_dirs > ANCESTOR_ATTEMPTS {
-                    bail!("cannot create {dir}: its parents keep disappearing");
-                }
-            }
-            Err(err) if is_connection_loss(&err) => {
-                losses
-                    .lost()
-                    .with_context(|| format!("creating a lock node under {dir}"))?;
-                if let Some(node) = find_own_node(client, dir, &prefix).await? {
-                    if guarded {
-                        refuse_open_dir(client, dir, Err(zk::Error::ConnectionLoss), &node).await?;
+    let attempts = async {
+        let mut losses = Losses::default();
+        let mut missing_dirs = 0;
+        let mut containers = true;
+        loop {
+            let ancestors = (missing_dirs > 0 || reaped(acls, containers))
+                .then(|| send_ancestors(client, dir, &dir_mode(acls, containers)));
+            let created = client.create(&requested, data, &options);
+            let dir_acl = guarded.then(|| client.get_acl(dir));
+            let children = list.then(|| client.list_children(dir));
+            match created.await {
+                Ok((stat, seq)) => {
+                    let node = Node {
+                        path: format!("{requested}{seq}"),
+                        czxid: stat.czxid,
+                    };
+                    if let Some(dir_acl) = dir_acl {
+                        refuse_open_dir(client, dir, dir_acl.await, &node).await?;
                     }
-                    return Ok((node, None));
+                    // A listing that failed is made again by the caller.
+                    let children = match children {
+                        Some(children) => children.await.ok(),
+                        None => None,
+                    };
+                    return Ok((node, children));
+                }
+                // The ancestors' creates said why the directory is missing, or
+                // a container was reaped under us: the next burst tries again.
+                Err(zk::Error::NoNode) => {
+                    match futures::future::OptionFuture::from(ancestors).await {
+                        None | Some(Ok(_)) => {}
+                        // A server without containers: persistent directories.
+                        Some(Err(None)) => containers = false,
+                        Some(Err(Some(err))) => return Err(err),
+                    }
+                    missing_dirs += 1;
+                    if missing_dirs > ANCESTOR_ATTEMPTS {
+                        bail!("cannot create {dir}: its parents keep disappearing");
+                    }
+                }
+                Err(err) if is_connection_loss(&err) => {
+                    losses
+                        .lost()
+                        .with_context(|| format!("creating a lock node under {dir}"))?;
+                    if let Some(node) = find_own_node(client, dir, &prefix).await? {
+                        if guarded {
+                            refuse_open_dir(client, dir, Err(zk::Error::ConnectionLoss), &node)
+                                .await?;
+                        }
+                        return Ok((node, None));
+                    }
+                }
+                Err(err) => {
+                    return Err(denied(err, dir, "CREATE"))
+                        .context(format!("creating a lock node under {dir}"));
                 }
             }
-            Err(err) => {
-                return Err(denied(err, dir, "CREATE"))
-                    .context(format!("creating a lock node under {dir}"));
-            }
         }
+    };
+    let created: Result<_> = attempts.await;
+    if created.is_err() {
+        let_go_of_unused_dir(client, dir, &prefix).await;
+    }
+    created
+}
+
+/// The server reaps an empty container only once it has had a child, so a
+/// directory our burst created ahead of a create of ours that then failed
+/// would stay for good. A child created and deleted again lets it go; on a
+/// directory that is not a container, or not ours, that changes nothing. The
+/// child's name ends in no sequence number: no contender, for any recipe.
+async fn let_go_of_unused_dir(client: &zk::Client, dir: &str, prefix: &str) {
+    let Ok(Some(stat)) = retrying(|| client.check_stat(dir)).await else {
+        return;
+    };
+    if stat.cversion != 0 || stat.num_children != 0 {
+        return;
+    }
+    let child = recipe::child(dir, &format!("{prefix}unused"));
+    let mode = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    if retrying(|| client.create(&child, &[], &mode)).await.is_ok() {
+        let _ = retrying(|| client.delete(&child, None)).await;
     }
 }
 
@@ -180,11 +214,17 @@ fn ancestors(dir: &str) -> Vec<&str> {
 /// others out), and would drop an ACL an operator set on it
 /// (docs/security.md, "ACLs").
 fn dir_mode(acls: &[zk::Acl], containers: bool) -> zk::CreateOptions<'_> {
-    let mode = match containers && is_open(acls) {
+    let mode = match reaped(acls, containers) {
         true => zk::CreateMode::Container,
         false => zk::CreateMode::Persistent,
     };
     mode.with_acls(zk::Acls::new(acls))
+}
+
+/// Whether directories are created as containers, which the server reaps
+/// once empty (see [`dir_mode`]).
+fn reaped(acls: &[zk::Acl], containers: bool) -> bool {
+    containers && is_open(acls)
 }
 
 /// Whether `acls` gives everyone every permission (`--acl open`, the

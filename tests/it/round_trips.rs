@@ -5,10 +5,18 @@
 
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
 
-use crate::harness::{Gated, shared_server, unique_path, zklock_run};
+use crate::harness::{
+    FaultProxy, Gated, Inspector, run_bounded, shared_server, unique_path, zklock_run,
+};
+
+const LONG: Duration = Duration::from_secs(30);
+// ZooDefs.OpCode.
+const CREATE2: i32 = 15;
+const CREATE_CONTAINER: i32 = 19;
 
 /// The client library does not set TCP_NODELAY on its connection; without it
 /// Nagle's algorithm holds each request of a burst until the answer to the one
@@ -31,6 +39,55 @@ fn the_connection_to_zookeeper_has_tcp_nodelay() {
     }
     holder.release();
     assert!(holder.finish().success());
+}
+
+/// A lock directory the server reaped (the usual case for a lock taken once a
+/// day) is created in the same burst as our node: the create of our node is sent
+/// once, behind the creates of every level of the path.
+#[test]
+fn a_missing_directory_is_created_in_the_burst_that_creates_our_node() {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr());
+    let path = format!("{}/x", unique_path("burst"));
+    let mut cmd = zklock_run(&proxy.connect_string(), &path);
+    cmd.args(["--", "true"]);
+    run_bounded(&mut cmd, LONG).assert_code(0);
+    let requests = proxy.requests();
+    let ours = requests.iter().filter(|&&op| op == CREATE2).count();
+    assert_eq!(ours, 1, "our node was created more than once: {requests:?}");
+    let levels = path.matches('/').count();
+    let first = requests.iter().position(|&op| op == CREATE2).unwrap();
+    let containers = requests[..first]
+        .iter()
+        .filter(|&&op| op == CREATE_CONTAINER)
+        .count();
+    assert_eq!(containers, levels, "{requests:?}");
+}
+
+/// Persistent directories (any ACL but open) are rarely missing, and each
+/// existing level created again is an error transaction in the server's log: a
+/// run that finds its directory creates nothing but its node.
+#[test]
+fn persistent_directories_that_exist_are_not_created_again() {
+    let server = shared_server();
+    let path = format!("{}/x", unique_path("persistent-burst"));
+    let run = |connect: &str| {
+        let mut cmd = zklock_run(connect, &path);
+        cmd.args(["--digest-user", "alice", "--acl", "creator", "--", "true"]);
+        cmd.env("ZKLOCK_PASSWORD", "alice-secret");
+        run_bounded(&mut cmd, LONG).assert_code(0);
+    };
+    run(&server.connect_string());
+    let zk = Inspector::connect(&server.connect_string());
+    assert_eq!(zk.stat(&path).map(|s| s.ephemeral_owner), Some(0));
+    let proxy = FaultProxy::start(server.addr());
+    run(&proxy.connect_string());
+    let requests = proxy.requests();
+    let creates = requests
+        .iter()
+        .filter(|&&op| op == CREATE2 || op == CREATE_CONTAINER)
+        .count();
+    assert_eq!(creates, 1, "{requests:?}");
 }
 
 /// The connections of process `pid` to `server`, duplicated into this process.

@@ -98,6 +98,14 @@ pub(crate) enum Request {
 }
 
 impl Request {
+    /// The op code; None for the handshake.
+    pub(crate) fn op(&self) -> Option<i32> {
+        match *self {
+            Request::Connect => None,
+            Request::Create { op, .. } | Request::Other { op, .. } => Some(op),
+        }
+    }
+
     /// The xid of a delete.
     pub(crate) fn delete_xid(&self) -> Option<i32> {
         match *self {

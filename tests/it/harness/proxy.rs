@@ -63,6 +63,8 @@ struct Shared {
     stopping: AtomicBool,
     cuts: AtomicUsize,
     connections: AtomicUsize,
+    /// The op code of every request clients sent after their handshake, in order.
+    requests: Mutex<Vec<i32>>,
 }
 
 struct Conn {
@@ -88,6 +90,7 @@ impl FaultProxy {
             stopping: AtomicBool::new(false),
             cuts: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
+            requests: Mutex::new(Vec::new()),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -142,6 +145,12 @@ impl FaultProxy {
     /// Connections accepted so far, in any mode.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// The op codes (ZooDefs.OpCode) of the requests clients sent so far, after
+    /// their handshakes, in the order they arrived.
+    pub fn requests(&self) -> Vec<i32> {
+        self.shared.requests.lock().expect("requests lock").clone()
     }
 }
 
@@ -306,6 +315,8 @@ fn client_to_server(shared: &Shared, conn: &Conn) {
             .into_iter()
             .filter_map(|f| Some((f.end, parse_request(&f.body, f.first)?)))
             .collect();
+        (shared.requests.lock().expect("requests lock"))
+            .extend(requests.iter().filter_map(|(_, request)| request.op()));
         let mode = shared.mode.read().expect("mode lock");
         if conn.cut.lock().expect("cut lock").is_some() {
             continue;
