@@ -126,8 +126,9 @@ pub async fn create_node(
         }
     };
     let created: Result<_> = attempts.await;
-    if created.is_err() {
-        let_go_of_unused_dir(client, dir, &prefix).await;
+    // Directories under any other ACL are persistent: they stay anyway.
+    if created.is_err() && is_open(acls) {
+        let_go_of_unused_dir(client, dir, &prefix, acls).await;
     }
     created
 }
@@ -137,7 +138,8 @@ pub async fn create_node(
 /// would stay for good. A child created and deleted again lets it go; on a
 /// directory that is not a container, or not ours, that changes nothing. The
 /// child's name ends in no sequence number: no contender, for any recipe.
-async fn let_go_of_unused_dir(client: &zk::Client, dir: &str, prefix: &str) {
+/// Only for directories under the open ACL (see [`dir_mode`]).
+async fn let_go_of_unused_dir(client: &zk::Client, dir: &str, prefix: &str, acls: &[zk::Acl]) {
     let Ok(Some(stat)) = retrying(|| client.check_stat(dir)).await else {
         return;
     };
@@ -145,7 +147,7 @@ async fn let_go_of_unused_dir(client: &zk::Client, dir: &str, prefix: &str) {
         return;
     }
     let child = recipe::child(dir, &format!("{prefix}unused"));
-    let mode = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    let mode = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(acls));
     if retrying(|| client.create(&child, &[], &mode)).await.is_ok() {
         let _ = retrying(|| client.delete(&child, None)).await;
     }
