@@ -11,7 +11,7 @@
 //! without it: a burst on it is slower, never wrong. This goes when the
 //! library sets the option itself.
 
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 
 /// Sets TCP_NODELAY on every TCP socket of this process; quietly does
@@ -27,15 +27,29 @@ pub fn set_on_every_socket() {
         };
         let is_socket = std::fs::read_link(entry.path())
             .is_ok_and(|target| target.as_os_str().as_bytes().starts_with(b"socket:"));
-        if !is_socket {
-            continue;
+        if is_socket {
+            set_nodelay(fd);
         }
-        // SAFETY: /proc listed `fd` as open, and it stays open until this
-        // call returns: sessions are established on zklock's one thread (see
-        // session::block_on), this one, before any other thread that opens
-        // or closes descriptors (the ping's, started with the command) exists.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-        // A Unix socket refuses the option: nothing to set there.
-        let _ = rustix::net::sockopt::set_tcp_nodelay(fd, true);
     }
+}
+
+/// A raw descriptor number rather than a borrowed descriptor: another thread
+/// (the client library resolves names on threads of its own) may close it
+/// between /proc's listing and this call. The kernel then fails the call, or
+/// sets the option on whatever socket took the number, which is harmless for
+/// any socket. A Unix socket refuses the option.
+fn set_nodelay(fd: RawFd) {
+    let on: libc::c_int = 1;
+    // SAFETY: the option value points to a c_int that outlives the call, and
+    // its size is the length passed; the descriptor is only a number to the
+    // kernel (see above).
+    let _ = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
