@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sd_notify::NotifyState;
@@ -37,9 +38,11 @@ pub fn ready(status: impl FnOnce() -> String) {
     }
 }
 
-/// STOPPING=1: the command ended, or zklock stops it.
+/// STOPPING=1: the command ended, or zklock stops it. Sent once: the lock
+/// lost is said as it happens, and the command's end then says nothing new.
 pub fn stopping() {
-    if enabled() {
+    static SENT: AtomicBool = AtomicBool::new(false);
+    if enabled() && !SENT.swap(true, Ordering::Relaxed) {
         send(&[NotifyState::Stopping]);
     }
 }

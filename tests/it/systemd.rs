@@ -184,4 +184,6 @@ fn the_watchdog_stops_when_the_lock_is_lost() {
     systemd.rest(Duration::from_millis(300));
     let m = &systemd.messages;
     assert!(m[stopping..].iter().all(|m| m != "WATCHDOG=1\n"), "{m:?}");
+    let stops = m.iter().filter(|m| *m == "STOPPING=1\n").count();
+    assert_eq!(stops, 1, "{m:?}");
 }
