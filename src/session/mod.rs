@@ -43,11 +43,18 @@ pub fn connection_timeout_for(session_timeout: Duration) -> Duration {
 
 /// True when an operation's outcome is unknown because the connection broke
 /// (in a failover the library also fails calls with custom errors): the
-/// session may still be alive and a retry is right.
+/// session may still be alive and a retry is right. SessionMoved is one: a
+/// newer connection of the same session (the lease's probe, a release's
+/// reattached connection, a reconnection in an ensemble) has taken it over,
+/// the server drops this connection, and the library reconnects, as
+/// ZooKeeper's Java client does.
 pub fn is_connection_loss(err: &zk::Error) -> bool {
     matches!(
         err,
-        zk::Error::ConnectionLoss | zk::Error::Custom(_) | zk::Error::Timeout
+        zk::Error::ConnectionLoss
+            | zk::Error::Custom(_)
+            | zk::Error::Timeout
+            | zk::Error::SessionMoved
     )
 }
 
@@ -57,10 +64,7 @@ pub fn is_connection_loss(err: &zk::Error) -> bool {
 pub fn is_session_lost(err: &zk::Error) -> bool {
     matches!(
         err,
-        zk::Error::SessionExpired
-            | zk::Error::ClientClosed
-            | zk::Error::SessionMoved
-            | zk::Error::AuthFailed
+        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed
     )
 }
 
@@ -341,6 +345,12 @@ async fn delete_attached(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_session_is_a_lost_connection_not_a_lost_session() {
+        assert!(is_connection_loss(&zk::Error::SessionMoved));
+        assert!(!is_session_lost(&zk::Error::SessionMoved));
+    }
 
     #[test]
     fn retrying_gives_up_on_endless_losses() {

@@ -495,10 +495,9 @@ fn verbose_says_when_the_connection_is_lost_and_restored() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    // Two outages, each reported. (A Reset round here fails under heavy load: the
-    // library reports the session expired without a Disconnected first; issue 20's
-    // note has the reproduction.)
-    for (round, mode) in [Mode::Blackhole, Mode::Blackhole].into_iter().enumerate() {
+    // Two outages, each reported. (A reset right after the first outage's
+    // reconnection is what scenario 11 makes certain.)
+    for (round, mode) in [Mode::Blackhole, Mode::Reset].into_iter().enumerate() {
         proxy.set_mode(mode);
         said(
             &holder,
@@ -557,4 +556,66 @@ fn s10_lost_release_reply_is_confirmed_from_a_new_connection() {
         out.stderr
     );
     assert_no_nodes_within(&zk, &path, Duration::ZERO);
+}
+
+/// Scenario 11: the connection breaks right after the server answered a
+/// reconnection's handshake. The client library says the session is connected on
+/// that answer and then waits for a ping's; when the connection breaks in between,
+/// it goes on reconnecting without ever saying it is disconnected again, until it
+/// gives up and calls the session expired: a holder that believed it left its
+/// command running, with no lease deadline, until after the server had expired the
+/// session. zklock takes a reconnection as restored only once a request of its
+/// own went through it: until then the lease deadline of the outage runs on.
+#[test]
+fn s11_connection_lost_right_after_a_reconnection_handshake() {
+    let server = shared_server();
+    let zk = Inspector::connect(&server.connect_string());
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("s11-lost-after-handshake");
+    let log = LockLog::new();
+    // T = 20s: C = 4s, a grace of 14.4s from the first outage's start.
+    let mut holder = Holder::start(
+        zklock_run(&proxy.connect_string(), &path).arg("-v").args([
+            "--session-timeout",
+            "20s",
+            "--kill-after",
+            "0.5s",
+        ]),
+        &log,
+    );
+    let node = holder.node();
+    let (_, held) = zk.get_data(&node).expect("the holder's node");
+    let said = |holder: &Holder, what: &str| {
+        let deadline = Instant::now() + LONG;
+        while !holder.stderr().contains(what) {
+            assert!(
+                Instant::now() < deadline,
+                "no `{what}` line in:\n{}",
+                holder.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let restored = "connection to ZooKeeper restored after ";
+    proxy.set_mode(Mode::Reset);
+    said(
+        &holder,
+        "connection to ZooKeeper lost; the lock is kept until ",
+    );
+    proxy.cut_after_next_handshake(Mode::Reset);
+    proxy.set_mode(Mode::Pass);
+    wait_until(LONG, "the handshake cut", || proxy.cuts() == 1);
+    // The library now says connected, and cannot reach the server.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!holder.stderr().contains(restored), "{}", holder.stderr());
+    proxy.set_mode(Mode::Pass);
+    said(&holder, restored);
+    let (_, stat) = zk.get_data(&node).expect("the holder's node is kept");
+    assert_eq!(stat.ephemeral_owner, held.ephemeral_owner, "same session");
+    assert!(
+        !holder.stderr().contains("lock lost"),
+        "{}",
+        holder.stderr()
+    );
+    holder.finish();
 }

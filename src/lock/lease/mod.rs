@@ -68,6 +68,10 @@ pub async fn lost(
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
+    // A reconnection, until a request of ours went through it (see `answers`),
+    // and when it must have.
+    let mut confirming: Option<Pin<Box<dyn Future<Output = bool> + '_>>> = None;
+    let mut confirm_by: Option<Instant> = None;
     loop {
         if outage.is_some() && probing.is_none() && Instant::now() >= next_probe {
             probing = Some(Box::pin(probe(reattach, nodes, policy, owner)));
@@ -76,13 +80,11 @@ pub async fn lost(
             reason = &mut node_check => return reason,
             state = states.changed() => match state {
                 zk::SessionState::SyncConnected => {
-                    if let Some((since, _)) = outage.take() {
-                        report.info(format_args!(
-                            "connection to ZooKeeper restored after {}; still holding",
-                            fmt_tenths(since.elapsed())
-                        ));
-                    }
+                    // The outage, if any, ends once the connection answers.
+                    confirming = Some(Box::pin(answers(client)));
+                    confirm_by = Some(Instant::now() + policy.connection_timeout);
                     probing = None;
+                    next_probe = Instant::now() + probe_interval;
                     // Check that our node survived the disconnection.
                     node_check = check_nodes(Vec::new());
                 }
@@ -90,6 +92,7 @@ pub async fn lost(
                     if policy.on_disconnect == OnDisconnect::Kill {
                         return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
                     }
+                    (confirming, confirm_by) = (None, None);
                     if outage.is_none() {
                         outage = Some(outage_begins(report, policy));
                         next_probe = Instant::now() + probe_interval;
@@ -108,12 +111,47 @@ pub async fn lost(
                     Probe::Unreachable => {}
                 }
             }
+            answered = async { confirming.as_mut().expect("guarded").await }, if confirming.is_some() => {
+                (confirming, confirm_by) = (None, None);
+                match (answered, outage) {
+                    (true, Some((since, _))) => {
+                        report.info(format_args!(
+                            "connection to ZooKeeper restored after {}; still holding",
+                            fmt_tenths(since.elapsed())
+                        ));
+                        (outage, probing) = (None, None);
+                    }
+                    (false, None) => outage = Some(outage_begins(report, policy)),
+                    _ => {}
+                }
+            }
+            () = sleep_until(confirm_by.unwrap_or_else(Instant::now)), if confirm_by.is_some() => {
+                confirm_by = None;
+                if outage.is_none() {
+                    if policy.on_disconnect == OnDisconnect::Kill {
+                        return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
+                    }
+                    outage = Some(outage_begins(report, policy));
+                    next_probe = Instant::now() + probe_interval;
+                }
+            }
             () = sleep_until(next_probe), if outage.is_some() && probing.is_none() => {}
             () = sleep_until(outage.map_or_else(Instant::now, |(_, deadline)| deadline)), if outage.is_some() => {
                 return "disconnected from ZooKeeper past the lease deadline (the session may expire)".into();
             }
         }
     }
+}
+
+/// Whether a request went through the client's connection. The client
+/// library says it is connected as soon as the server answers the session
+/// handshake; if the connection breaks before the request it sends next is
+/// answered, it reconnects without saying it was disconnected again (until it
+/// gives up and calls the session expired). Only an answer proves a
+/// reconnection (docs/design.md, "Session and lease rules"). Any node will
+/// do, and exists needs no permission.
+async fn answers(client: &zk::Client) -> bool {
+    retrying(|| client.check_stat("/")).await.is_ok()
 }
 
 /// A disconnection while holding begins: now, and the lease deadline. Says

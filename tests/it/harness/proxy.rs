@@ -23,6 +23,8 @@ enum CutAfter {
     /// An EPHEMERAL_SEQUENTIAL create.
     Create,
     Delete,
+    /// The server's answer to a connection's handshake (ConnectResponse).
+    Handshake,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +137,13 @@ impl FaultProxy {
     /// whatever the client sent after it in the same burst do not.
     pub fn cut_after_next_delete(&self, then: Mode) {
         *self.shared.armed_cut.lock().expect("cut lock") = Some((CutAfter::Delete, then));
+    }
+
+    /// One-shot: the next connection's handshake answer (the session established or
+    /// re-established) reaches the client, then the proxy closes that connection,
+    /// switches to `then` and counts a cut: the client's next request gets no answer.
+    pub fn cut_after_next_handshake(&self, then: Mode) {
+        *self.shared.armed_cut.lock().expect("cut lock") = Some((CutAfter::Handshake, then));
     }
 
     /// Cuts done so far; when it increments, the node exists and the mode is `then`.
@@ -337,6 +346,7 @@ fn client_to_server(shared: &Shared, conn: &Conn) {
                 let xid = match after {
                     CutAfter::Create => request.ephemeral_sequential_create_xid(),
                     CutAfter::Delete => request.delete_xid(),
+                    CutAfter::Handshake => None,
                 }?;
                 Some((*end, xid))
             })
@@ -397,9 +407,29 @@ fn server_to_client(shared: &Shared, conn: &Conn) {
         let mode = shared.mode.read().expect("mode lock");
         match *mode {
             Mode::Pass => {
-                if (&conn.client).write_all(&buf[..n]).is_err() {
+                let handshake = replies.iter().find(|f| f.first).map(|f| f.end);
+                let mut armed = shared.armed_cut.lock().expect("cut lock");
+                let cut = match (handshake, *armed) {
+                    (Some(end), Some((CutAfter::Handshake, then))) => {
+                        *armed = None;
+                        Some((end, then))
+                    }
+                    _ => None,
+                };
+                drop(armed);
+                let forward = cut.map_or(n, |(end, _)| end);
+                if (&conn.client).write_all(&buf[..forward]).is_err() {
                     drop(mode);
                     conn.close(true);
+                    return;
+                }
+                if let Some((_, then)) = cut {
+                    drop(mode);
+                    // FIN, not RST: an RST could make the client's kernel drop the
+                    // handshake answer before the client read it.
+                    conn.close(false);
+                    shared.set_mode(then);
+                    shared.cuts.fetch_add(1, Ordering::SeqCst);
                     return;
                 }
             }
