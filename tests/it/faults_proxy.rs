@@ -484,17 +484,6 @@ fn verbose_says_when_the_connection_is_lost_and_restored() {
         ]),
         &log,
     );
-    let said = |holder: &Holder, what: &str, times: usize| {
-        let deadline = Instant::now() + LONG;
-        while holder.stderr().matches(what).count() < times {
-            assert!(
-                Instant::now() < deadline,
-                "no {times} `{what}` lines in:\n{}",
-                holder.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     // Two outages, each reported. (A reset right after the first outage's
     // reconnection is what scenario 11 makes certain.)
     for (round, mode) in [Mode::Blackhole, Mode::Reset].into_iter().enumerate() {
@@ -585,22 +574,12 @@ fn s11_connection_lost_right_after_a_reconnection_handshake() {
     );
     let node = holder.node();
     let (_, held) = zk.get_data(&node).expect("the holder's node");
-    let said = |holder: &Holder, what: &str| {
-        let deadline = Instant::now() + LONG;
-        while !holder.stderr().contains(what) {
-            assert!(
-                Instant::now() < deadline,
-                "no `{what}` line in:\n{}",
-                holder.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     let restored = "connection to ZooKeeper restored after ";
     proxy.set_mode(Mode::Reset);
     said(
         &holder,
         "connection to ZooKeeper lost; the lock is kept until ",
+        1,
     );
     proxy.cut_after_next_handshake(Mode::Reset);
     proxy.set_mode(Mode::Pass);
@@ -609,7 +588,7 @@ fn s11_connection_lost_right_after_a_reconnection_handshake() {
     std::thread::sleep(Duration::from_secs(1));
     assert!(!holder.stderr().contains(restored), "{}", holder.stderr());
     proxy.set_mode(Mode::Pass);
-    said(&holder, restored);
+    said(&holder, restored, 1);
     let (_, stat) = zk.get_data(&node).expect("the holder's node is kept");
     assert_eq!(stat.ephemeral_owner, held.ephemeral_owner, "same session");
     assert!(
@@ -618,4 +597,17 @@ fn s11_connection_lost_right_after_a_reconnection_handshake() {
         holder.stderr()
     );
     holder.finish();
+}
+
+/// Waits until the holder's stderr has `times` lines containing `what`.
+fn said(holder: &Holder, what: &str, times: usize) {
+    let deadline = Instant::now() + LONG;
+    while holder.stderr().matches(what).count() < times {
+        assert!(
+            Instant::now() < deadline,
+            "no {times} `{what}` lines in:\n{}",
+            holder.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
