@@ -599,6 +599,37 @@ fn s11_connection_lost_right_after_a_reconnection_handshake() {
     holder.finish();
 }
 
+/// `--on-disconnect kill`: any disconnection loses the lock at once, even one the
+/// session would survive.
+#[test]
+fn on_disconnect_kill_ends_the_hold_at_a_disconnection() {
+    let server = shared_server();
+    let zk = Inspector::connect(&server.connect_string());
+    let proxy = FaultProxy::start(server.addr());
+    let path = unique_path("on-disconnect-kill");
+    let log = LockLog::new();
+    let mut holder = Holder::start(
+        zklock_run(&proxy.connect_string(), &path).args([
+            "--on-disconnect",
+            "kill",
+            "--session-timeout",
+            "4s",
+        ]),
+        &log,
+    );
+    proxy.set_mode(Mode::Reset);
+    holder.assert_exit(76, LONG);
+    assert!(
+        holder
+            .stderr()
+            .contains("lock lost: disconnected from ZooKeeper (--on-disconnect=kill)"),
+        "{}",
+        holder.stderr()
+    );
+    // Unreachable at its exit, zklock leaves its node to the session's expiry.
+    assert_no_nodes_within(&zk, &path, LONG);
+}
+
 /// Waits until the holder's stderr has `times` lines containing `what`.
 fn said(holder: &Holder, what: &str, times: usize) {
     let deadline = Instant::now() + LONG;

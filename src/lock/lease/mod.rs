@@ -76,7 +76,8 @@ pub async fn lost(
         if outage.is_some() && probing.is_none() && Instant::now() >= next_probe {
             probing = Some(Box::pin(probe(reattach, nodes, policy, owner)));
         }
-        tokio::select! {
+        // Whether the connection is found down.
+        let down = tokio::select! {
             reason = &mut node_check => return reason,
             state = states.changed() => match state {
                 zk::SessionState::SyncConnected => {
@@ -87,16 +88,11 @@ pub async fn lost(
                     next_probe = Instant::now() + probe_interval;
                     // Check that our node survived the disconnection.
                     node_check = check_nodes(Vec::new());
+                    false
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
-                    if policy.on_disconnect == OnDisconnect::Kill {
-                        return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
-                    }
                     (confirming, confirm_by) = (None, None);
-                    if outage.is_none() {
-                        outage = Some(outage_begins(report, policy));
-                        next_probe = Instant::now() + probe_interval;
-                    }
+                    true
                 }
                 zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
                 zk::SessionState::Closed => return "the ZooKeeper session was closed".into(),
@@ -110,34 +106,35 @@ pub async fn lost(
                     Probe::Lost(reason) => return reason,
                     Probe::Unreachable => {}
                 }
+                false
             }
             answered = async { confirming.as_mut().expect("guarded").await }, if confirming.is_some() => {
                 (confirming, confirm_by) = (None, None);
-                match (answered, outage) {
-                    (true, Some((since, _))) => {
-                        report.info(format_args!(
-                            "connection to ZooKeeper restored after {}; still holding",
-                            fmt_tenths(since.elapsed())
-                        ));
-                        (outage, probing) = (None, None);
-                    }
-                    (false, None) => outage = Some(outage_begins(report, policy)),
-                    _ => {}
+                if let (true, Some((since, _))) = (answered, outage) {
+                    report.info(format_args!(
+                        "connection to ZooKeeper restored after {}; still holding",
+                        fmt_tenths(since.elapsed())
+                    ));
+                    (outage, probing) = (None, None);
                 }
+                !answered
             }
             () = sleep_until(confirm_by.unwrap_or_else(Instant::now)), if confirm_by.is_some() => {
                 confirm_by = None;
-                if outage.is_none() {
-                    if policy.on_disconnect == OnDisconnect::Kill {
-                        return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
-                    }
-                    outage = Some(outage_begins(report, policy));
-                    next_probe = Instant::now() + probe_interval;
-                }
+                true
             }
-            () = sleep_until(next_probe), if outage.is_some() && probing.is_none() => {}
+            () = sleep_until(next_probe), if outage.is_some() && probing.is_none() => false,
             () = sleep_until(outage.map_or_else(Instant::now, |(_, deadline)| deadline)), if outage.is_some() => {
                 return "disconnected from ZooKeeper past the lease deadline (the session may expire)".into();
+            }
+        };
+        if down {
+            if policy.on_disconnect == OnDisconnect::Kill {
+                return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
+            }
+            if outage.is_none() {
+                outage = Some(outage_begins(report, policy));
+                next_probe = Instant::now() + probe_interval;
             }
         }
     }
