@@ -12,24 +12,19 @@
 //! library sets the option itself.
 
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
 
 /// Sets TCP_NODELAY on every TCP socket of this process; quietly does
-/// nothing where it cannot (no /proc, a socket that is not TCP).
+/// nothing where it cannot (no /proc). Descriptors that are no TCP socket
+/// refuse the option.
 pub fn set_on_every_socket() {
     let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
         return;
     };
-    for entry in entries.flatten() {
-        let Some(fd) = (entry.file_name().to_str()).and_then(|name| name.parse::<RawFd>().ok())
-        else {
-            continue;
-        };
-        let is_socket = std::fs::read_link(entry.path())
-            .is_ok_and(|target| target.as_os_str().as_bytes().starts_with(b"socket:"));
-        if is_socket {
-            set_nodelay(fd);
-        }
+    let fds = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok());
+    for fd in fds {
+        set_nodelay(fd);
     }
 }
 
@@ -37,7 +32,7 @@ pub fn set_on_every_socket() {
 /// (the client library resolves names on threads of its own) may close it
 /// between /proc's listing and this call. The kernel then fails the call, or
 /// sets the option on whatever socket took the number, which is harmless for
-/// any socket. A Unix socket refuses the option.
+/// any socket.
 fn set_nodelay(fd: RawFd) {
     let on: libc::c_int = 1;
     // SAFETY: the option value points to a c_int that outlives the call, and
