@@ -83,21 +83,24 @@ fn service(path: &str, dir: &TempDir, vars: &[(&str, String)]) -> KillOnDrop {
     KillOnDrop(cmd.spawn().expect("spawn zklock"))
 }
 
+/// [`service`] as a `Type=notify` unit with a 200 ms watchdog sees it,
+/// reporting to the socket [`Systemd::bind`] made in `dir`.
+fn watched_service(path: &str, dir: &TempDir) -> KillOnDrop {
+    let socket = dir.path().join("notify").to_str().unwrap().to_owned();
+    let vars = [
+        ("NOTIFY_SOCKET", socket),
+        ("WATCHDOG_USEC", "200000".to_owned()),
+    ];
+    service(path, dir, &vars)
+}
+
 #[test]
 fn reports_waiting_ready_watchdog_and_stopping_in_order() {
     let path = unique_path("systemd");
     let holder = Gated::start(zklock_run(&shared_server().connect_string(), &path));
     let dir = TempDir::new();
     let mut systemd = Systemd::bind(&dir);
-    let socket = dir.path().join("notify").to_str().unwrap().to_owned();
-    let mut zklock = service(
-        &path,
-        &dir,
-        &[
-            ("NOTIFY_SOCKET", socket),
-            ("WATCHDOG_USEC", "200000".to_owned()),
-        ],
-    );
+    let mut zklock = watched_service(&path, &dir);
 
     let waiting = systemd.until("STATUS waiting", 1, |m| {
         m.starts_with(&format!("STATUS=waiting for {path}: 1 ahead, held by "))
@@ -164,15 +167,7 @@ fn the_watchdog_stops_when_the_lock_is_lost() {
     let path = unique_path("systemd-lost");
     let dir = TempDir::new();
     let mut systemd = Systemd::bind(&dir);
-    let socket = dir.path().join("notify").to_str().unwrap().to_owned();
-    let mut zklock = service(
-        &path,
-        &dir,
-        &[
-            ("NOTIFY_SOCKET", socket),
-            ("WATCHDOG_USEC", "200000".to_owned()),
-        ],
-    );
+    let mut zklock = watched_service(&path, &dir);
     systemd.until("WATCHDOG=1", 1, |m| m == "WATCHDOG=1\n");
     let zk = Inspector::connect(&shared_server().connect_string());
     for node in zk.children(&path) {
