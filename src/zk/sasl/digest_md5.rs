@@ -183,6 +183,13 @@ mod tests {
         std::str::from_utf8(token).unwrap()
     }
 
+    /// The value of the directive `name` in `response`.
+    fn field(response: &[u8], name: &str) -> String {
+        let fields = directives(text(response)).unwrap();
+        let mut values = fields.into_iter().filter(|(n, _)| n == name);
+        values.next().unwrap_or_else(|| panic!("no {name}")).1
+    }
+
     #[test]
     fn rfc_2831_example_gives_its_response_and_accepts_its_rspauth() {
         let mut client = rfc_client();
@@ -206,21 +213,42 @@ mod tests {
 
     #[test]
     fn zookeepers_challenge_gets_the_response_puresasl_computes() {
-        // A challenge as ZooKeeper's server sends it; the expected response
-        // and rspauth were computed by puresasl (kazoo's SASL
-        // library) for this cnonce.
+        // ZooKeeper's realm and digest-uri; the expected response and
+        // rspauth were computed by puresasl (kazoo's SASL library) for this
+        // cnonce.
         let challenge = "realm=\"zk-sasl-md5\",nonce=\"Z6n0Yd1qL3Ew/x8HcXqOWXmGvB2sTFyKu1zD0mWp\",\
                          charset=utf-8,algorithm=md5-sess,qop=\"auth\"";
         let cnonce = "0d3c5a0e9f8b4c1aa2f1e6d7c8b9a0f1".to_owned();
         let mut client = DigestMd5::with("backup", "s3cr3t", ZOOKEEPER_DIGEST_URI, cnonce);
         sent(client.step(None));
         let response = sent(client.step(Some(challenge.as_bytes())));
-        let fields = directives(text(&response)).unwrap();
-        let field = |name: &str| &fields.iter().find(|(n, _)| n == name).unwrap().1;
-        assert_eq!(field("digest-uri"), "zookeeper/zk-sasl-md5");
-        assert_eq!(field("realm"), "zk-sasl-md5");
-        assert_eq!(field("response"), "169d0e28f35d54512c45923bd7cb930c");
+        assert_eq!(field(&response, "digest-uri"), "zookeeper/zk-sasl-md5");
+        assert_eq!(field(&response, "realm"), "zk-sasl-md5");
+        assert_eq!(
+            field(&response, "response"),
+            "169d0e28f35d54512c45923bd7cb930c"
+        );
         let rspauth = b"rspauth=39df6fff6837b1e6e22b94a4707ec8e1";
+        assert!(matches!(client.step(Some(rspauth)), Ok(SaslStep::Done)));
+    }
+
+    #[test]
+    fn a_password_in_iso_8859_1_gets_the_response_zookeeper_accepts() {
+        // Recorded from ZooKeeper 3.8's server (Java's DigestMD5Server),
+        // which accepted this response for the JAAS user_latin="pässwörd"
+        // and answered this rspauth; hashing the password's UTF-8 instead
+        // was refused.
+        let challenge = "realm=\"zk-sasl-md5\",nonce=\"9GWaDZYCVje68ahMoJKB+EeRG2SwWVF797Ps7mSb\",\
+                         charset=utf-8,algorithm=md5-sess";
+        let cnonce = "bb407a038276468f9f791490b8811ce0".to_owned();
+        let mut client = DigestMd5::with("latin", "pässwörd", ZOOKEEPER_DIGEST_URI, cnonce);
+        sent(client.step(None));
+        let response = sent(client.step(Some(challenge.as_bytes())));
+        assert_eq!(
+            field(&response, "response"),
+            "aa69e82400377b17328e4405068ac545"
+        );
+        let rspauth = b"rspauth=7e8ed0362dde85c77b220be806b33237";
         assert!(matches!(client.step(Some(rspauth)), Ok(SaslStep::Done)));
     }
 
@@ -270,7 +298,8 @@ mod tests {
     #[test]
     fn values_are_hashed_in_iso_8859_1_where_they_fit() {
         // RFC 2831 2.1.2.1: "é" fits ISO 8859-1 (one byte) even under
-        // charset=utf-8; "€" does not, and is hashed in UTF-8.
+        // charset=utf-8; "€" does not, and is hashed in UTF-8. ZooKeeper's
+        // server accepted passwords of both kinds hashed so.
         assert_eq!(&*hashed("it", "é", true).unwrap(), [0xe9]);
         assert_eq!(&*hashed("it", "€", true).unwrap(), "€".as_bytes());
         assert_eq!(&*hashed("it", "plain", false).unwrap(), b"plain");
