@@ -28,7 +28,7 @@ pub struct Gssapi {
 enum Phase {
     Running,
     /// rsasl has sent its last token; the server's answer to it ends the
-    /// exchange (ZooKeeper's server answers that token with an empty one).
+    /// exchange (ZooKeeper's server answers it with a null token).
     LastAnswer,
     Finished,
 }
