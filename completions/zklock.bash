@@ -133,6 +133,10 @@ _zklock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --kerberos)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --kerberos-service)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -329,6 +333,10 @@ _zklock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --kerberos)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
+                    return 0
+                    ;;
                 --kerberos-service)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -423,6 +431,10 @@ _zklock() {
                     ;;
                 --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kerberos-service)
@@ -545,6 +557,10 @@ _zklock() {
                     ;;
                 --password-file)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kerberos)
+                    COMPREPLY=($(compgen -W "true false" -- "${cur}"))
                     return 0
                     ;;
                 --kerberos-service)
