@@ -27,20 +27,17 @@ struct Systemd {
 
 impl Systemd {
     fn bind(dir: &TempDir) -> Systemd {
-        let socket = UnixDatagram::bind(dir.path().join("notify")).expect("bind");
-        socket
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
-        Systemd {
-            socket,
-            messages: Vec::new(),
-        }
+        Systemd::listen(UnixDatagram::bind(dir.path().join("notify")))
     }
 
     /// A socket in the abstract namespace, `NOTIFY_SOCKET=@name`.
     fn bind_abstract(name: &str) -> Systemd {
         let address = SocketAddr::from_abstract_name(name).expect("an abstract name");
-        let socket = UnixDatagram::bind_addr(&address).expect("bind");
+        Systemd::listen(UnixDatagram::bind_addr(&address))
+    }
+
+    fn listen(bound: std::io::Result<UnixDatagram>) -> Systemd {
+        let socket = bound.expect("bind");
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
