@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueHint};
 
 use crate::exit::CONFLICT_DEFAULT;
 use crate::lock::lease::OnDisconnect;
@@ -37,7 +37,7 @@ pub struct RunArgs {
     pub paths: Vec<LockPath>,
 
     /// The command to run and its arguments, given after `--`.
-    #[arg(last = true, value_name = "CMD")]
+    #[arg(last = true, value_name = "CMD", value_hint = ValueHint::CommandWithArguments)]
     pub argv: Vec<OsString>,
 
     /// Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD.

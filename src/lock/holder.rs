@@ -73,8 +73,14 @@ impl CiJob {
                 var("GITHUB_RUN_ID"),
             ) {
                 (Some(server), Some(repository), Some(run)) => Some(format!(
-                    "{}/{repository}/actions/runs/{run}",
-                    server.trim_end_matches('/')
+                    "{}/{repository}/actions/runs/{run}{}",
+                    server.trim_end_matches('/'),
+                    // A re-run keeps the run's id: the attempt's own page
+                    // is the one that ran this.
+                    (var("GITHUB_RUN_ATTEMPT"))
+                        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                        .map(|n| format!("/attempts/{n}"))
+                        .unwrap_or_default()
                 )),
                 _ => None,
             };
@@ -474,6 +480,18 @@ mod tests {
             assert_eq!(ci(&partial), None, "without {}", github[missing].0);
         }
         assert_eq!(ci(&github[1..]), None, "GITHUB_ACTIONS unset");
+        // A re-run is its own attempt: its page, not the first attempt's.
+        let attempt =
+            |n: &'static str| ci(&[github.as_slice(), &[("GITHUB_RUN_ATTEMPT", n)]].concat());
+        let second = "https://github.com/octo/app/actions/runs/1234/attempts/2";
+        assert_eq!(attempt("2"), job("github-actions", second));
+        assert_eq!(
+            attempt("1"),
+            job("github-actions", &format!("{run}/attempts/1"))
+        );
+        // Empty or not a number: the run's page.
+        assert_eq!(attempt(""), job("github-actions", run));
+        assert_eq!(attempt("2x"), job("github-actions", run));
 
         let gitlab_job = "https://gitlab.com/g/p/-/jobs/42";
         assert_eq!(

@@ -348,4 +348,28 @@ mod tests {
             6
         );
     }
+
+    #[test]
+    fn the_man_page_describes_every_metric_and_outcome() {
+        let all_known = render(
+            "/x",
+            "ran",
+            0,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some(1),
+            Some(1.0),
+            Some(0),
+        );
+        let page = crate::cli::reference::METRICS;
+        for line in all_known.lines() {
+            if let Some(name) = line.strip_prefix("# TYPE ") {
+                let name = name.split(' ').next().unwrap_or_default();
+                assert!(page.contains(&format!("\n  {name}")), "{name} missing");
+            }
+        }
+        for outcome in OUTCOMES {
+            assert!(page.contains(outcome), "outcome {outcome} missing");
+        }
+    }
 }

@@ -6,6 +6,7 @@
 
 mod ci_job;
 mod closed_stderr;
+mod completion;
 mod conflict;
 mod connect;
 mod cron;

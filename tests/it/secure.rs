@@ -414,6 +414,50 @@ fn secure_config_errors_exit_64() {
     finish(&mut cmd).assert_code(64);
 }
 
+/// "flag > env > config" holds for `kerberos` too: the file's `true` is
+/// turned off by `--kerberos=false` or `ZKLOCK_KERBEROS=0`, and the flag
+/// beats the variable.
+#[test]
+fn secure_config_kerberos_is_turned_off_by_a_flag_or_the_environment() {
+    let scratch = TempDir::new();
+    let path = unique_path("no-kerberos");
+    let file = write_config(scratch.path(), "kerberos = true\n", 0o644);
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = zklock_run("@it", &path);
+        cmd.arg("--config").arg(&file).args(flags);
+        cmd.envs(env.iter().copied());
+        finish(&mut cmd)
+    };
+    // Kerberos on: this server speaks no SASL, and a build without the
+    // feature refuses it.
+    for (flags, env) in [
+        (&[][..], &[][..]),
+        (&["--kerberos"], &[("ZKLOCK_KERBEROS", "0")]),
+        (&["--kerberos=true"], &[]),
+    ] {
+        let out = run(flags, env);
+        assert_ne!(out.code(), 0, "{flags:?} {env:?}: {}", out.stderr);
+        #[cfg(not(feature = "kerberos"))]
+        {
+            out.assert_code(64);
+            assert!(
+                out.one_error_line().contains("built without Kerberos"),
+                "{flags:?} {env:?}: {}",
+                out.stderr
+            );
+        }
+    }
+    for (flags, env) in [
+        (&["--kerberos=false"][..], &[][..]),
+        (&[], &[("ZKLOCK_KERBEROS", "0")]),
+        (&[], &[("ZKLOCK_KERBEROS", "false")]),
+        (&["--kerberos=no"], &[("ZKLOCK_KERBEROS", "1")]),
+    ] {
+        let out = run(flags, env);
+        assert_eq!(out.code(), 0, "{flags:?} {env:?}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn secure_password_never_in_cmdline_or_verbose_output() {
     let scratch = TempDir::new();
