@@ -311,6 +311,41 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
     assert_no_nodes(&alice, &path);
 }
 
+/// docs/security.md ("Several identities"): one ACL naming every digest
+/// user, given to each. Two users alternate 20 times on one lock, each
+/// queueing behind the other's holder: none is refused (64), each takes the
+/// lock after the other. The hashes are openssl's
+/// (`echo -n alice:alice-secret | openssl dgst -binary -sha1 | base64`).
+#[test]
+fn secure_two_digest_users_alternate_under_one_acl() {
+    const ALICE: &str = "digest:alice:JYdjG/dL2+v79QyuS8/0gpT+rQQ=:cdrwa";
+    const BOB: &str = "digest:bob:j7ZGIvWbIQ1LANfL4BJ8Ibdfqsk=:cdrwa";
+    let connect = shared_server().connect_string();
+    let path = unique_path("digest-two-users");
+    let run_as = |i: usize| {
+        let (user, password) = [("alice", "alice-secret"), ("bob", "bob-secret")][i % 2];
+        let mut cmd = zklock_run(&connect, &path);
+        cmd.args(["--digest-user", user, "--acl", ALICE, "--acl", BOB])
+            .args(["--acl", "world:anyone:r"])
+            .env("ZKLOCK_PASSWORD", password);
+        cmd
+    };
+    let zk = Inspector::connect(&connect);
+    let mut holder = Gated::start(run_as(0));
+    for i in 1..20 {
+        let mut next = Gated::spawn(run_as(i));
+        crate::harness::wait_until(LONG, "the other user queues", || {
+            next.exited().is_some() || zk.children(&path).len() == 2
+        });
+        assert_eq!(next.exited(), None, "run {i} ended instead of queueing");
+        assert!(holder.finish().success(), "run {}", i - 1);
+        next.wait_started(LONG);
+        holder = next;
+    }
+    assert!(holder.finish().success());
+    assert!(zk.children(&path).is_empty());
+}
+
 #[test]
 fn secure_acl_that_would_shut_us_out_exits_64() {
     let mut cmd = zklock_run(&shared_server().connect_string(), &unique_path("acl-bad"));
