@@ -73,50 +73,84 @@ fn superseding(connect: &str, path: &str, label: &str, options: &[&str], log: &L
     cmd
 }
 
+/// A lock held by a gated command, and an older `--supersede` run
+/// (`job-old`) waiting behind it on a line that can be stalled.
+struct Scene {
+    zk: Inspector,
+    line: Line,
+    path: String,
+    log: LockLog,
+    holder: Gated,
+    old_node: String,
+}
+
+impl Scene {
+    /// The scene, and the older run started with `options`.
+    fn start(stall: Stall, tag: &str, options: &[&str]) -> (Scene, Run) {
+        let zk = Inspector::connect(&shared_server().connect_string());
+        let line = Line::new(stall);
+        let path = unique_path(tag);
+        let log = LockLog::new();
+        let holder = Gated::start(zklock_run(&shared_server().connect_string(), &path));
+        let old = superseding(&line.connect_string(), &path, "job-old", options, &log);
+        let old = Run::spawn(old);
+        wait_for_contenders(&zk, &path, "-lock-", 2);
+        let old_node = queue(&zk, &path).remove(1);
+        let scene = Scene {
+            zk,
+            line,
+            path,
+            log,
+            holder,
+            old_node,
+        };
+        (scene, old)
+    }
+
+    /// Starts the newer run, `job-new`, directly connected.
+    fn newer_run(&self) -> Run {
+        let connect = shared_server().connect_string();
+        Run::spawn(superseding(&connect, &self.path, "job-new", &[], &self.log))
+    }
+
+    /// The holder's command ends; then the newer run takes the lock, runs
+    /// and exits 0.
+    fn newer_run_runs(&mut self, new: Run) {
+        self.holder.release();
+        assert!(self.holder.wait(LONG).success());
+        let (code, stderr) = new.exit();
+        assert_eq!(code, 0, "{stderr}");
+    }
+
+    /// Only the newer run ran, and no lock node is left.
+    fn assert_only_the_newer_run_ran(&self) {
+        let log = &self.log;
+        assert_eq!(log.starts(), 1, "only job-new ran:\n{}", log.contents());
+        assert_no_lock_nodes(&self.zk, &self.path);
+    }
+}
+
 /// A waiting run whose session expires while it is stalled, and a newer run
 /// that queues meanwhile: the older one, back, ends with 75 naming the newer
 /// one, which stays queued and runs.
 fn session_expired_while_a_newer_run_queued(stall: Stall) {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let line = Line::new(stall);
-    let path = unique_path("supersede-expired");
-    let log = LockLog::new();
-    let holder = Gated::start(zklock_run(&connect, &path));
     let short = ["--session-timeout", "3s", "--kill-after", "0.5s"];
-    let old = Run::spawn(superseding(
-        &line.connect_string(),
-        &path,
-        "job-old",
-        &short,
-        &log,
-    ));
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    let (mut scene, old) = Scene::start(stall, "supersede-expired", &short);
+    let Scene { zk, path, .. } = &scene;
 
-    line.begin(&old);
+    scene.line.begin(&old);
     wait_until(LONG, "the older run's session expired", || {
-        contenders(&zk, &path, "-lock-").len() == 1
+        !zk.exists(&scene.old_node)
     });
-    let new = Run::spawn(superseding(&connect, &path, "job-new", &[], &log));
-    wait_for_contenders(&zk, &path, "-lock-", 2);
-    let queued = queue(&zk, &path);
-    line.end(&old);
+    let new = scene.newer_run();
+    wait_for_contenders(zk, path, "-lock-", 2);
+    let newer_node = queue(zk, path).remove(1);
+    scene.line.end(&old);
 
     assert_superseded(old, "job-new");
-    assert!(
-        zk.exists(&queued[1]),
-        "the newer run was removed from the queue"
-    );
-    assert!(holder.finish().success());
-    let (code, stderr) = new.exit();
-    assert_eq!(code, 0, "{stderr}");
-    assert_eq!(
-        log.starts(),
-        1,
-        "only the newer run ran:\n{}",
-        log.contents()
-    );
-    assert_no_lock_nodes(&zk, &path);
+    assert!(zk.exists(&newer_node), "the newer run was removed");
+    scene.newer_run_runs(new);
+    scene.assert_only_the_newer_run_ran();
 }
 
 #[test]
@@ -133,43 +167,21 @@ fn cut_off_past_its_session_an_older_run_never_removes_a_newer_one() {
 /// held the lock and released it: it ends with 75 naming the newer run,
 /// instead of queueing again and running after it.
 fn superseded_while_stalled_and_back_after_the_newer_run(stall: Stall) {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let line = Line::new(stall);
-    let path = unique_path("supersede-stalled");
-    let log = LockLog::new();
-    let holder = Gated::start(zklock_run(&connect, &path));
     // A session long enough to outlast the stall.
     let long = ["--session-timeout", "10s"];
-    let old = Run::spawn(superseding(
-        &line.connect_string(),
-        &path,
-        "job-old",
-        &long,
-        &log,
-    ));
-    wait_for_contenders(&zk, &path, "-lock-", 2);
-    let queued = queue(&zk, &path);
-    let old_node = &queued[1];
+    let (mut scene, old) = Scene::start(stall, "supersede-stalled", &long);
 
-    line.begin(&old);
-    let new = Run::spawn(superseding(&connect, &path, "job-new", &[], &log));
+    scene.line.begin(&old);
+    let new = scene.newer_run();
     wait_until(LONG, "the newer run removed the older one", || {
-        !zk.exists(old_node) && contenders(&zk, &path, "-lock-").len() == 2
+        let Scene { zk, path, .. } = &scene;
+        !zk.exists(&scene.old_node) && contenders(zk, path, "-lock-").len() == 2
     });
-    assert!(holder.finish().success());
-    let (code, stderr) = new.exit();
-    assert_eq!(code, 0, "{stderr}");
-    line.end(&old);
+    scene.newer_run_runs(new);
+    scene.line.end(&old);
 
     assert_superseded(old, "job-new");
-    assert_eq!(
-        log.starts(),
-        1,
-        "only the newer run ran:\n{}",
-        log.contents()
-    );
-    assert_no_lock_nodes(&zk, &path);
+    scene.assert_only_the_newer_run_ran();
 }
 
 #[test]
