@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::harness::{
     Gated, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, TempDir, assert_no_lock_nodes,
     contenders, run_bounded, shared_server, unique_path, wait_for_contenders, wait_for_exit,
-    wait_until, zklock_run,
+    wait_until, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -113,6 +113,13 @@ pub(crate) fn assert_newest(zk: &Inspector, path: &str, label: &str) {
     let data: serde_json::Value = serde_json::from_slice(&data).expect("JSON");
     assert_eq!(data["label"], label, "{data}");
     assert!(data["first_czxid"].is_i64(), "{data}");
+    // No contender: the lock is free, and the operator commands say nothing of it.
+    let connect = shared_server().connect_string();
+    for subcommand in ["status", "list"] {
+        let out = run_bounded(zklock().args([subcommand, "-z", &connect, path]), LONG);
+        out.assert_code(0);
+        assert!(!out.stdout.contains(NEWEST), "{}", out.stdout);
+    }
 }
 
 #[test]
