@@ -47,8 +47,8 @@ pub enum Queueing {
 /// of it, holds, or is recorded beside the lock; otherwise records our run
 /// there, and then removes the `--supersede` runs waiting ahead of us,
 /// never the first in line (it holds, or is about to). A run that does not
-/// wait does only this: once it holds (one that gives up at once deploys
-/// nothing).
+/// wait does this only when it holds at once, and has nobody to remove
+/// (one that gives up deploys nothing, and makes no run stale).
 ///
 /// Anything that goes wrong here (no DELETE on a victim, a lost session)
 /// leaves the victim waiting: our own wait goes on, and says what is wrong.
@@ -87,7 +87,7 @@ pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queue
     let first = ahead.first().map(|c| c.name);
     // Every run read is older than ours now.
     let victims: Vec<String> = (runs.into_iter())
-        .filter_map(|run| run.name)
+        .map(|run| run.name)
         .filter(|name| Some(name.as_str()) != first)
         .collect();
     match remove(client, dir, &ahead, me, victims).await {
@@ -216,7 +216,7 @@ fn ahead_of<'a>(children: &'a [String], me: &str) -> Vec<Contender<'a>> {
 /// A `--supersede` run read from its node.
 struct Run {
     /// Its node's name in the queue.
-    name: Option<String>,
+    name: String,
     age: i64,
     seen: Seen,
 }
@@ -235,7 +235,7 @@ async fn survey(client: &zk::Client, dir: &str, names: &[&str]) -> (Vec<Run>, Op
             let (data, stat) = answer.ok()?;
             let age = HolderData::parse(&data)?.supersede_age(stat.czxid)?;
             Some(Run {
-                name: Some((*name).to_owned()),
+                name: (*name).to_owned(),
                 age,
                 seen: Seen::from((data, stat)),
             })
@@ -361,7 +361,7 @@ mod tests {
             ..HolderData::ours(&[], None)
         };
         Run {
-            name: Some(format!("_c_{label}-lock-0000000001")),
+            name: format!("_c_{label}-lock-0000000001"),
             age,
             seen: Seen {
                 data: data.to_bytes(),
