@@ -197,8 +197,11 @@ pub async fn take_turn(
         // the last listing is gone, nothing is ahead and the lock is ours,
         // one round trip sooner than listing again. With more ahead, the one
         // we watched may have given up; on a session event we know nothing
-        // new: list again.
-        if gone && ahead == 1 {
+        // new: list again. A --supersede run lists anyway: after a
+        // reconnection, the event for our own node (removed by a newer run)
+        // may come after the answer that the node ahead is gone, and a
+        // stale run must not start its command at all.
+        if gone && ahead == 1 && !request.supersede {
             break;
         }
     }
