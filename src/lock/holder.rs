@@ -40,6 +40,11 @@ pub struct HolderData {
     /// may remove it from the queue while it waits (supersede.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supersede: Option<bool>,
+    /// With `supersede`: the czxid of the run's first node, in a node it
+    /// created again in a new session (absent in the first: its own czxid).
+    /// The run's age on ZooKeeper's clock (supersede.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_czxid: Option<i64>,
 }
 
 /// The CI job a zklock runs in, from its provider's documented environment
@@ -148,6 +153,7 @@ impl HolderData {
             acquired: None,
             ci: CiJob::from_env(|name| std::env::var(name).ok()),
             supersede: None,
+            first_czxid: None,
         }
     }
 
@@ -159,6 +165,13 @@ impl HolderData {
             acquired: Some(true),
             ..self.clone()
         }
+    }
+
+    /// A `--supersede` run's age, from its node (created in transaction
+    /// `czxid`): when it first queued, on ZooKeeper's clock. None for the
+    /// other runs.
+    pub fn supersede_age(&self, czxid: i64) -> Option<i64> {
+        (self.supersede == Some(true)).then(|| self.first_czxid.unwrap_or(czxid))
     }
 
     /// The node data: a JSON object.

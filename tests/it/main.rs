@@ -39,6 +39,7 @@ mod semaphore;
 mod shared;
 mod signals;
 mod supersede;
+mod supersede_stale;
 mod systemd;
 mod terminal;
 mod usage;
