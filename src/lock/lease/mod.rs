@@ -41,7 +41,7 @@ pub type Deadline = tokio::sync::watch::Sender<Instant>;
 
 /// The deadline of a lock just taken, counted from now: the answers that
 /// confirmed the lock have just come (their round trip is within the margin
-/// m), and [`lost`] asks at once for an answer of its own.
+/// m), and [`lost`] asks for answers of its own from C/3 on.
 pub fn deadline(policy: LeasePolicy) -> (Deadline, tokio::sync::watch::Receiver<Instant>) {
     tokio::sync::watch::channel(policy.deadline_after(Instant::now()))
 }
@@ -102,10 +102,13 @@ pub async fn lost(
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
-    // A request of ours in flight (see `answered`), the first at once; and,
-    // after a reconnection, when it must have been answered.
+    // A request of ours in flight (see `answered`); and, after a
+    // reconnection, when it must have been answered. The first goes out
+    // only after C/3: the lock's confirmation was an answer (see
+    // [`deadline`]), and a short command then ends with no request of the
+    // lease before its release.
     let mut asking: Option<Pin<Box<dyn Future<Output = Option<Instant>> + '_>>> = None;
-    let mut next_ask = Instant::now();
+    let mut next_ask = Instant::now() + policy.ask_every();
     let mut confirm_by: Option<Instant> = None;
     loop {
         if outage.is_some() && probing.is_none() && Instant::now() >= next_probe {
