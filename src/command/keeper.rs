@@ -1,14 +1,19 @@
 //! The keeper: zklock's own executable in a hidden mode, leader of the
 //! command's process group G, which SIGKILLs G when zklock ends however it
-//! ends (the parent-death signal reaches the command's first process only).
-//! It blocks every signal and reads a pipe whose write end only zklock
-//! holds: EOF means zklock is gone. See docs/design.md, "The keeper".
+//! ends (the parent-death signal reaches the command's first process only),
+//! and stops G at the lease deadline when zklock cannot (it is frozen). It
+//! blocks every signal and reads a pipe whose write end only zklock holds:
+//! orders (when to TERM and KILL G), and EOF when zklock is gone. See
+//! docs/design.md, "The keeper".
 
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use rustix::fs::OFlags;
 use rustix::process::{Pid, Signal};
+use rustix::time::{ClockId, clock_gettime};
 
 use crate::command::signals;
 
@@ -17,6 +22,17 @@ use crate::command::signals;
 pub const HIDDEN_MODE: &str = "\u{1}zk-keeper";
 /// The keeper's process name, which `pkill zklock` does not match.
 const NAME: &str = "zk-keeper";
+
+/// How long after the lease deadline the keeper sends TERM (at most half of
+/// K): time for a zklock that is not frozen, which acts at the deadline, to
+/// say so, so that the command does not get TERM twice.
+const LAG: Duration = Duration::from_millis(100);
+
+/// An order's size on the pipe: when to TERM, when to KILL, each in
+/// nanoseconds of CLOCK_MONOTONIC (one clock for every process of the host),
+/// little-endian; [`NEVER`] for never. Below PIPE_BUF, so written whole.
+const ORDER: usize = 16;
+const NEVER: u64 = u64::MAX;
 
 /// The keeper of one command's process group.
 pub struct Keeper {
@@ -40,6 +56,11 @@ impl Keeper {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()?;
+        // Orders never block zklock: a keeper that does not read (stopped
+        // too) keeps the older, earlier, order it has.
+        if let Some(stdin) = &process.stdin {
+            rustix::fs::fcntl_setfl(stdin, rustix::fs::fcntl_getfl(stdin)? | OFlags::NONBLOCK)?;
+        }
         Ok(Keeper {
             process,
             reaped: false,
@@ -63,6 +84,38 @@ impl Keeper {
             1 => Ok(()),
             _ => Err(io::Error::other("the keeper process ended at its start")),
         }
+    }
+
+    /// Has the keeper stop the group at the lease `deadline` as zklock
+    /// would, should zklock not do it itself: TERM (and CONT) just after it,
+    /// KILL `kill_after` after it. Replaces the order before.
+    pub fn stop_at(&mut self, deadline: Instant, kill_after: Duration) {
+        let (term, kill) = stop_times(deadline, kill_after);
+        self.order(Some(term), Some(kill));
+    }
+
+    /// Has the keeper KILL the group at `kill` and send no TERM: zklock sent
+    /// it (and KILLs at that time too, if it is not frozen by then).
+    pub fn kill_at(&mut self, kill: Instant) {
+        self.order(None, Some(kill));
+    }
+
+    /// Has the keeper leave the group alone while zklock lives (an empty
+    /// group, or one zklock no longer holds a lock for).
+    pub fn stand_down(&mut self) {
+        self.order(None, None);
+    }
+
+    fn order(&mut self, term: Option<Instant>, kill: Option<Instant>) {
+        let Some(stdin) = self.process.stdin.as_mut() else {
+            return;
+        };
+        let mut order = [0u8; ORDER];
+        order[..8].copy_from_slice(&on_clock(term).to_le_bytes());
+        order[8..].copy_from_slice(&on_clock(kill).to_le_bytes());
+        // Whole or not at all (below PIPE_BUF); a keeper gone or not reading
+        // is zklock's to notice by other means.
+        let _ = stdin.write(&order);
     }
 
     /// Lets the keeper end when zklock does (its kill then finds G empty
@@ -95,8 +148,37 @@ pub fn is_hidden_mode() -> bool {
     args.next().is_some_and(|arg| arg == HIDDEN_MODE) && args.next().is_none()
 }
 
-/// The keeper's hidden mode: blocks every signal, says it is ready, waits
-/// for EOF on stdin (zklock gone), then kills its group.
+/// Kills the keeper's group, G (it leads it: see the module comment), and so
+/// the keeper too.
+fn kill_group() -> ! {
+    let _ = rustix::process::kill_current_process_group(Signal::KILL);
+    std::process::exit(0)
+}
+
+/// When the keeper TERMs and KILLs the group for a lease `deadline`.
+fn stop_times(deadline: Instant, kill_after: Duration) -> (Instant, Instant) {
+    (deadline + (kill_after / 2).min(LAG), deadline + kill_after)
+}
+
+/// `at` in nanoseconds of CLOCK_MONOTONIC, the clock of `Instant` on Linux
+/// but one another process can read; [`NEVER`] for None.
+fn on_clock(at: Option<Instant>) -> u64 {
+    let Some(at) = at else { return NEVER };
+    let (clock, now) = (monotonic_ns(), Instant::now());
+    match at.checked_duration_since(now) {
+        Some(ahead) => clock.saturating_add(ahead.as_nanos() as u64),
+        None => clock.saturating_sub(now.duration_since(at).as_nanos() as u64),
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let now = clock_gettime(ClockId::Monotonic);
+    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// The keeper's hidden mode: blocks every signal, says it is ready, then
+/// carries out the orders read from stdin until EOF (zklock gone), when it
+/// kills its group.
 pub fn run_hidden_mode() -> ! {
     // This process has a single thread: its mask is the process's.
     signals::change_mask(libc::SIG_SETMASK, signals::ALL);
@@ -104,9 +186,83 @@ pub fn run_hidden_mode() -> ! {
     let _ = std::fs::write("/proc/self/comm", NAME);
     let mut stdout = io::stdout();
     let _ = stdout.write_all(b"k").and_then(|()| stdout.flush());
-    // Reads until EOF (or an error), retrying when interrupted.
-    let _ = io::copy(&mut io::stdin(), &mut io::sink());
-    // Our group is G: we lead it (see the module comment).
-    let _ = rustix::process::kill_current_process_group(Signal::KILL);
-    std::process::exit(0)
+    let stdin = rustix::stdio::stdin();
+    // Nonblocking, so that every order waiting is read before acting: a
+    // keeper continued after a stop acts on zklock's latest order.
+    if rustix::fs::fcntl_getfl(stdin)
+        .and_then(|flags| rustix::fs::fcntl_setfl(stdin, flags | OFlags::NONBLOCK))
+        .is_err()
+    {
+        kill_group();
+    }
+    let (mut term, mut kill) = (NEVER, NEVER);
+    loop {
+        let mut order = [0u8; ORDER];
+        match rustix::io::read(stdin, &mut order) {
+            // Orders are written whole, so they are read whole.
+            Ok(ORDER) => {
+                term = u64::from_le_bytes(order[..8].try_into().expect("8 bytes"));
+                kill = u64::from_le_bytes(order[8..].try_into().expect("8 bytes"));
+                continue;
+            }
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+            // EOF: zklock is gone. An error: the same, for all we know.
+            _ => kill_group(),
+        }
+        let now = monotonic_ns();
+        if kill <= now {
+            kill_group();
+        }
+        if term <= now {
+            // A stopped process acts on TERM only once continued.
+            let _ = rustix::process::kill_current_process_group(Signal::TERM);
+            let _ = rustix::process::kill_current_process_group(Signal::CONT);
+            term = NEVER;
+        }
+        let next = term.min(kill);
+        let wait = (next != NEVER).then(|| {
+            let ns = next.saturating_sub(monotonic_ns());
+            rustix::time::Timespec {
+                tv_sec: (ns / 1_000_000_000) as _,
+                tv_nsec: (ns % 1_000_000_000) as _,
+            }
+        });
+        let mut fds = [rustix::event::PollFd::new(
+            &stdin,
+            rustix::event::PollFlags::IN,
+        )];
+        let _ = rustix::event::poll(&mut fds, wait.as_ref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_keeper_terms_after_zklock_would_and_kills_when_it_would() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for k in [5_000, 500, 190, 40] {
+            let kill_after = Duration::from_millis(k);
+            let (term, kill) = stop_times(deadline, kill_after);
+            assert!(term > deadline && term < kill, "{k}");
+            assert!(term - deadline <= LAG, "{k}");
+            assert_eq!(kill, deadline + kill_after, "{k}");
+        }
+    }
+
+    #[test]
+    fn instants_cross_to_the_monotonic_clock() {
+        let now = Instant::now();
+        let clock = monotonic_ns();
+        let ahead = on_clock(Some(now + Duration::from_secs(2)));
+        let behind = on_clock(Some(now - Duration::from_millis(1)));
+        // Within the few microseconds between the two readings.
+        assert!(
+            ahead.abs_diff(clock + 2_000_000_000) < 50_000_000,
+            "{ahead} {clock}"
+        );
+        assert!(behind < clock);
+        assert_eq!(on_clock(None), NEVER);
+    }
 }

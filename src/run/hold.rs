@@ -53,6 +53,8 @@ pub(super) async fn run_command(
     env: &[(&'static str, String)],
     prepared: Prepared,
 ) -> Result<(Exit, Release)> {
+    // Taken right after the lock was confirmed held.
+    let (deadline, handed) = lease::deadline(policy);
     let child = Child::spawn(prepared, env)?;
     notify::ready(|| held_status(env));
     ping::started();
@@ -76,6 +78,7 @@ pub(super) async fn run_command(
         policy,
         &reattach,
         lock.owner,
+        &deadline,
         plan.report,
     );
     // The answers matter to no one (correctness never depends on node
@@ -117,7 +120,7 @@ pub(super) async fn run_command(
         max_runtime: plan.args.runtime_limit(),
         stop_limit: policy.grace(),
     };
-    let (exit, keeper) = child::supervise(child, signals, pin!(lost), limits, report).await;
+    let (exit, keeper) = child::supervise(child, signals, pin!(lost), handed, limits, report).await;
     notify::stopping();
     if let (Exit::TimedOut, Some(limit)) = (exit, plan.args.max_runtime) {
         report.error(format_args!(

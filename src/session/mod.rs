@@ -285,8 +285,9 @@ impl Session {
     /// trip), and waits, bounded, for the answers; a delete whose answer was
     /// lost is made again from a new connection to the session, which also
     /// says if the server closed it meanwhile (docs/design.md, "Round trips").
-    /// True when the server confirmed our nodes gone. Closed is no such
-    /// proof: the library also reports it when it gives up on a connection.
+    /// True when the server confirmed our nodes gone. The library's Closed
+    /// and Expired are no such proof: it reports them, and fails the deletes
+    /// with them, also when it gives up on a connection.
     pub async fn close_after(self, release: Release) -> bool {
         let Session {
             client,
@@ -304,28 +305,23 @@ impl Session {
             .unwrap_or_default();
         // No answers at all when the bound passed.
         let unanswered: Vec<&str> = (release.nodes.iter().enumerate())
-            .filter(|(i, _)| !answers.get(*i).is_some_and(is_gone))
+            .filter(|(i, _)| !answers.get(*i).is_some_and(is_deleted))
             .map(|(_, node)| node.as_str())
             .collect();
-        let mut confirmed = unanswered.is_empty();
-        if !confirmed && !state.is_terminated() {
-            confirmed = delete_attached(&settings, info, &unanswered, bound).await;
-        }
+        let confirmed =
+            unanswered.is_empty() || delete_attached(&settings, info, &unanswered, bound).await;
         if !state.is_terminated() {
             let closed = async { while !states.changed().await.is_terminated() {} };
             let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
         }
-        confirmed || states.peek_state() == zk::SessionState::Expired
+        confirmed
     }
 }
 
-/// Whether a delete's answer says the node is gone: deleted now, by someone
-/// else (an operator, expiry), or with the session.
-fn is_gone(answer: &Result<(), zk::Error>) -> bool {
-    matches!(
-        answer,
-        Ok(()) | Err(zk::Error::NoNode | zk::Error::SessionExpired)
-    )
+/// Whether the server answered a delete with our node gone: deleted now, or
+/// by someone else (an operator, expiry).
+fn is_deleted(answer: &Result<(), zk::Error>) -> bool {
+    matches!(answer, Ok(()) | Err(zk::Error::NoNode))
 }
 
 /// Deletes `nodes` from a new connection to the session `info`, then closes
@@ -341,11 +337,14 @@ async fn delete_attached(
         let connector = settings.connector().with_session(info);
         let client = match settings.open(connector).await {
             Ok(client) => client,
-            Err(err) => return is_gone(&Err(err)),
+            // The server's answer to the handshake: the session is gone,
+            // and its nodes with it.
+            Err(zk::Error::SessionExpired) => return true,
+            Err(_) => return false,
         };
         let mut confirmed = true;
         for node in nodes {
-            confirmed &= is_gone(&retrying(|| client.delete(node, None)).await);
+            confirmed &= is_deleted(&retrying(|| client.delete(node, None)).await);
         }
         confirmed
     };

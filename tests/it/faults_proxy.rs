@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::faults_util::{
     HOLD, LONG, Locker, assert_no_nodes_within, assert_no_watches, finish_two_runs, hold_steady,
-    pid_running, start_order, wait_children, wait_pid_gone,
+    pid_running, start_order, wait_children,
 };
 use crate::harness::{
     FaultProxy, Holder, Inspector, LockLog, Mode, shared_server, signal, unique_path, wait_until,
@@ -158,9 +158,10 @@ fn s03_operator_deletes_holder_node() {
 }
 
 /// Scenario 4: Holder zklock SIGSTOPped longer than the session timeout, then SIGCONT:
-/// the waiter acquires after about one session timeout; the resumed holder kills its
-/// command within `--kill-after` and exits 76. The overlap is the documented limit; the
-/// fencing tokens differ and increase.
+/// the waiter acquires after about one session timeout; the keeper has killed the
+/// frozen holder's command by then (a command that ignores TERM: KILL, `--kill-after`
+/// after the lease deadline); the resumed holder exits 76. The fencing tokens differ
+/// and increase.
 #[test]
 fn s04_frozen_holder_is_overtaken_then_kills_its_command() {
     let server = shared_server();
@@ -169,7 +170,6 @@ fn s04_frozen_holder_is_overtaken_then_kills_its_command() {
     let log = LockLog::new();
     let connect = server.connect_string();
     let session = Duration::from_secs(4);
-    let kill_after = Duration::from_millis(500);
 
     // The command ignores TERM, so only the KILL after --kill-after ends it.
     let stubborn = format!("trap '' TERM\n{HOLD}");
@@ -192,24 +192,16 @@ fn s04_frozen_holder_is_overtaken_then_kills_its_command() {
     );
     assert!(overtaken < session * 2, "{overtaken:?}");
     assert!(
-        pid_running(held.pid),
-        "the frozen holder's command should still run (the documented limit)"
+        !pid_running(held.pid),
+        "the frozen holder's keeper did not kill its command"
     );
+    log.record_end(held.pid);
 
     signal(holder.pid() as i32, libc::SIGCONT);
     let resumed = Instant::now();
-    let killed = wait_pid_gone(held.pid, LONG);
-    eprintln!("holder's command gone {killed:?} after SIGCONT");
     holder.expect_exit(76, LONG);
     holder.assert_one_loss_line("");
-    // Notice (at once: the last reply is long past), learn the expiry, TERM, then KILL
-    // after --kill-after: well under a session timeout.
-    assert!(
-        killed < kill_after + Duration::from_millis(2500),
-        "the command outlived the resumed holder by {killed:?}"
-    );
     eprintln!("holder exited {:?} after SIGCONT", resumed.elapsed());
-    log.record_end(held.pid);
 
     let tokens: Vec<i64> = log.entries().iter().filter_map(|e| e.token).collect();
     assert!(tokens.len() >= 2, "{}", log.contents());

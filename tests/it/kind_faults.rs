@@ -155,9 +155,8 @@ fn session_expired(kind: Kind, cut: Cut) {
         }
         Cut::Freeze => {
             signal(victim.pid() as i32, libc::SIGSTOP);
-            // The waiter runs only once the frozen holder's session expired. The
-            // frozen holder's command still runs meanwhile: what no lock service
-            // can prevent, and why the fencing token exists.
+            // The waiter runs only once the frozen holder's session expired; the
+            // frozen holder's keeper stopped its command at the lease deadline.
             let status = wait_for_exit(&mut waiter, LONG).expect("the waiter gets the lock");
             signal(victim.pid() as i32, libc::SIGCONT);
             assert_eq!(status.code(), Some(0));

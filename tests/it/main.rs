@@ -17,6 +17,7 @@ mod faults_ensemble;
 mod faults_proxy;
 mod faults_server;
 mod faults_util;
+mod frozen_holder;
 mod harness;
 mod harness_selftest;
 mod holder_data;

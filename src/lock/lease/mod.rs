@@ -34,11 +34,26 @@ pub struct Reattach {
     pub session: zk::SessionInfo,
 }
 
+/// The lease deadline (docs/design.md, "Session and lease rules"): the
+/// command may run until then. [`lost`] moves it with every answer to a
+/// request of ours; the command's supervisor hands it to the keeper.
+pub type Deadline = tokio::sync::watch::Sender<Instant>;
+
+/// The deadline of a lock just taken, counted from now: the answers that
+/// confirmed the lock have just come (their round trip is within the margin
+/// m), and [`lost`] asks for answers of its own from C/3 on.
+pub fn deadline(policy: LeasePolicy) -> (Deadline, tokio::sync::watch::Receiver<Instant>) {
+    tokio::sync::watch::channel(policy.deadline_after(Instant::now()))
+}
+
 /// Resolves when a lock held through one of `nodes` is lost; never resolves
 /// while all are held. `owner` is the session the nodes must belong to: ours,
 /// or, for a nested run re-entering an enclosing run's lock, that run's.
-/// Nodes without a watch are first read once `unwatched_from` says go. With
-/// `-v` (`report`), says when the connection is lost and comes back.
+/// Nodes without a watch are first read once `unwatched_from` says go. Asks
+/// the server something every [`LeasePolicy::ask_every`] and moves
+/// `deadline` with each answer; the lock is lost when no answer came in
+/// time. With `-v` (`report`), says when the connection is lost and comes
+/// back.
 #[allow(clippy::too_many_arguments)]
 pub async fn lost(
     client: &zk::Client,
@@ -48,12 +63,31 @@ pub async fn lost(
     policy: LeasePolicy,
     reattach: &Reattach,
     owner: i64,
+    deadline: &Deadline,
     report: Report,
 ) -> LossReason {
+    let renew = |sent: Instant| {
+        deadline.send_if_modified(|at| {
+            let renewed = policy.deadline_after(sent);
+            let later = renewed > *at;
+            if later {
+                *at = renewed;
+            }
+            later
+        });
+    };
+    let past_deadline = || -> LossReason {
+        "no answer from ZooKeeper past the lease deadline (the session may expire)".into()
+    };
     let mut states = client.state_watcher();
-    // While disconnected: when that was noticed, and the lease deadline.
-    let disconnected = states.peek_state() == zk::SessionState::Disconnected;
-    let mut outage = disconnected.then(|| outage_begins(report, policy));
+    // While disconnected: since when.
+    let mut outage: Option<Instant> = None;
+    if states.peek_state() == zk::SessionState::Disconnected {
+        match outage_begins(report, *deadline.borrow()) {
+            Some(since) => outage = Some(since),
+            None => return past_deadline(),
+        }
+    }
     let check_nodes = |watches| {
         Box::pin(any_node_lost(
             client,
@@ -68,9 +102,13 @@ pub async fn lost(
     let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
     let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
     let mut next_probe = Instant::now();
-    // A reconnection, until a request of ours went through it (see `answers`),
-    // and when it must have.
-    let mut confirming: Option<Pin<Box<dyn Future<Output = bool> + '_>>> = None;
+    // A request of ours in flight (see `answered`); and, after a
+    // reconnection, when it must have been answered. The first goes out
+    // only after C/3: the lock's confirmation was an answer (see
+    // [`deadline`]), and a short command then ends with no request of the
+    // lease before its release.
+    let mut asking: Option<Pin<Box<dyn Future<Output = Option<Instant>> + '_>>> = None;
+    let mut next_ask = Instant::now() + policy.ask_every();
     let mut confirm_by: Option<Instant> = None;
     loop {
         if outage.is_some() && probing.is_none() && Instant::now() >= next_probe {
@@ -82,7 +120,7 @@ pub async fn lost(
             state = states.changed() => match state {
                 zk::SessionState::SyncConnected => {
                     // The outage, if any, ends once the connection answers.
-                    confirming = Some(Box::pin(answers(client)));
+                    asking = Some(Box::pin(answered(client)));
                     confirm_by = Some(Instant::now() + policy.connection_timeout);
                     probing = None;
                     next_probe = Instant::now() + probe_interval;
@@ -91,7 +129,7 @@ pub async fn lost(
                     false
                 }
                 zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
-                    (confirming, confirm_by) = (None, None);
+                    confirm_by = None;
                     true
                 }
                 zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
@@ -102,69 +140,92 @@ pub async fn lost(
                 probing = None;
                 next_probe = Instant::now() + probe_interval;
                 match outcome {
-                    Probe::Alive(replied) => outage = outage.map(|(since, _)| (since, replied + policy.grace())),
+                    Probe::Alive(sent) => renew(sent),
                     Probe::Lost(reason) => return reason,
                     Probe::Unreachable => {}
                 }
                 false
             }
-            answered = async { confirming.as_mut().expect("guarded").await }, if confirming.is_some() => {
-                (confirming, confirm_by) = (None, None);
-                if let (true, Some((since, _))) = (answered, outage) {
-                    report.info(format_args!(
-                        "connection to ZooKeeper restored after {}; still holding",
-                        fmt_tenths(since.elapsed())
-                    ));
-                    (outage, probing) = (None, None);
+            () = sleep_until(next_ask), if asking.is_none() && outage.is_none() => {
+                asking = Some(Box::pin(answered(client)));
+                false
+            }
+            sent = async { asking.as_mut().expect("guarded").await }, if asking.is_some() => {
+                // Only a reconnection must be answered in time; otherwise
+                // the deadline decides.
+                let confirming = confirm_by.is_some();
+                (asking, confirm_by) = (None, None);
+                next_ask = Instant::now() + policy.ask_every();
+                if let Some(sent) = sent {
+                    renew(sent);
+                    if let Some(since) = outage {
+                        report.info(format_args!(
+                            "connection to ZooKeeper restored after {}; still holding",
+                            fmt_tenths(since.elapsed())
+                        ));
+                        (outage, probing) = (None, None);
+                    }
                 }
-                !answered
+                sent.is_none() && confirming
             }
             () = sleep_until(confirm_by.unwrap_or_else(Instant::now)), if confirm_by.is_some() => {
                 confirm_by = None;
                 true
             }
             () = sleep_until(next_probe), if outage.is_some() && probing.is_none() => false,
-            () = sleep_until(outage.map_or_else(Instant::now, |(_, deadline)| deadline)), if outage.is_some() => {
-                return "disconnected from ZooKeeper past the lease deadline (the session may expire)".into();
-            }
+            () = sleep_until(*deadline.borrow()) => return past_deadline(),
         };
         if down {
             if policy.on_disconnect == OnDisconnect::Kill {
                 return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
             }
             if outage.is_none() {
-                outage = Some(outage_begins(report, policy));
+                match outage_begins(report, *deadline.borrow()) {
+                    Some(since) => outage = Some(since),
+                    None => return past_deadline(),
+                }
                 next_probe = Instant::now() + probe_interval;
             }
         }
     }
 }
 
-/// Whether a request went through the client's connection. The client
-/// library says it is connected as soon as the server answers the session
-/// handshake; if the connection breaks before the request it sends next is
-/// answered, it reconnects without saying it was disconnected again (until it
-/// gives up and calls the session expired). Only an answer proves a
-/// reconnection (docs/design.md, "Session and lease rules"). Any node will
-/// do, and exists needs no permission.
-async fn answers(client: &zk::Client) -> bool {
-    retrying(|| client.check_stat("/")).await.is_ok()
+/// When a request of ours that the server answered was sent: the server
+/// heard from the session then or later. Also whether a request goes through
+/// the client's connection at all: the client library says it is connected
+/// as soon as the server answers the session handshake; if the connection
+/// breaks before the request it sends next is answered, it reconnects without
+/// saying it was disconnected again (until it gives up and calls the session
+/// expired). Only an answer proves a reconnection (docs/design.md, "Session
+/// and lease rules"). Any node will do, and exists needs no permission.
+async fn answered(client: &zk::Client) -> Option<Instant> {
+    let mut sent = Instant::now();
+    let answer = retrying(|| {
+        sent = Instant::now();
+        client.check_stat("/")
+    })
+    .await;
+    answer.ok().map(|_| sent)
 }
 
-/// A disconnection while holding begins: now, and the lease deadline. Says
-/// so with `-v`, the deadline as a time of day (UTC: the same on every
-/// host's log) and from now.
-fn outage_begins(report: Report, policy: LeasePolicy) -> (Instant, Instant) {
-    let grace = policy.grace();
-    let until = rfc3339(SystemTime::now() + grace, Precision::Seconds);
+/// A disconnection while holding begins: says so with `-v`, the lease
+/// deadline as a time of day (UTC: the same on every host's log) and from
+/// now, and returns now; None when the deadline has passed already (zklock
+/// was stopped, or its process starved): no grace is left.
+fn outage_begins(report: Report, deadline: Instant) -> Option<Instant> {
+    let now = Instant::now();
+    let left = deadline
+        .checked_duration_since(now)
+        .filter(|left| !left.is_zero())?;
+    let until = rfc3339(SystemTime::now() + left, Precision::Seconds);
     // `YYYY-MM-DDTHH:MM:SSZ`: the time of day is all a reader needs here.
     let time = until.get(11..19).unwrap_or(&until);
     report.info(format_args!(
         "connection to ZooKeeper lost; the lock is kept until {time} UTC ({} from now) \
          unless the connection comes back (--on-disconnect lease)",
-        fmt_tenths(grace)
+        fmt_tenths(left)
     ));
-    (Instant::now(), Instant::now() + grace)
+    Some(now)
 }
 
 /// A duration to a tenth of a second, as `1.2s`.
@@ -173,7 +234,8 @@ fn fmt_tenths(d: Duration) -> String {
 }
 
 enum Probe {
-    /// The session and our nodes were there at this instant (the last reply).
+    /// The session and our nodes were there; the last request that showed
+    /// it was sent at this instant.
     Alive(Instant),
     Lost(LossReason),
     Unreachable,
@@ -192,6 +254,7 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner
         .with_session_timeout(policy.session_timeout)
         .with_connection_timeout(policy.connection_timeout)
         .with_detached();
+    let mut sent = Instant::now();
     let connecting = reattach.settings.open(connector);
     let client = match tokio::time::timeout(policy.connection_timeout, connecting).await {
         Ok(Ok(client)) => client,
@@ -201,6 +264,7 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner
         Ok(Err(_)) | Err(_) => return Probe::Unreachable,
     };
     for node in nodes {
+        sent = Instant::now();
         match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
             Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => {}
             Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
@@ -208,7 +272,7 @@ async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner
             Ok(Err(_)) | Err(_) => return Probe::Unreachable,
         }
     }
-    Probe::Alive(Instant::now())
+    Probe::Alive(sent)
 }
 
 /// The first of `nodes` found lost; `watches` are those already set on

@@ -1,8 +1,10 @@
 //! The lease rule's arithmetic (docs/design.md, "Session and lease rules"):
-//! how long a disconnected holder keeps its command, and which
-//! `--kill-after` fits a session. Pure.
+//! how long after the server's last answer a holder keeps its command, when
+//! it stops it, and which `--kill-after` fits a session. Pure.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::values::human_ms;
 
@@ -31,14 +33,37 @@ impl LeasePolicy {
         self.connection_timeout / 4 + Duration::from_millis(100)
     }
 
+    /// How long after a request the server answered was sent the command
+    /// may run without another answer: the server heard from the session
+    /// then or later, so TERM at the end of this, and KILL K later, come m
+    /// before the earliest expiry (T - K - m).
+    pub fn lease(&self) -> Duration {
+        self.session_timeout
+            .saturating_sub(self.kill_after + self.margin())
+    }
+
+    /// The lease deadline given an answer to a request sent at `sent`.
+    pub fn deadline_after(&self, sent: Instant) -> Instant {
+        sent + self.lease()
+    }
+
+    /// How often a holder asks the server something while connected: more
+    /// often than the client library pings an idle connection (3/8 of C),
+    /// so that it sends no pings of its own and zklock's answers are the
+    /// connection's last: counting from them costs a round trip, not a
+    /// ping interval, of the lease.
+    pub fn ask_every(&self) -> Duration {
+        self.connection_timeout / 3
+    }
+
     /// How long after a disconnection is noticed the command may keep
-    /// running while the same session tries to come back.
+    /// running while the same session tries to come back, at least: a
+    /// silent server is noticed at most C after its last answer. This is
+    /// also how long zklock may be stopped with its command.
     pub fn grace(&self) -> Duration {
         match self.on_disconnect {
             OnDisconnect::Kill => Duration::ZERO,
-            OnDisconnect::Lease => self
-                .session_timeout
-                .saturating_sub(self.connection_timeout + self.kill_after + self.margin()),
+            OnDisconnect::Lease => self.lease().saturating_sub(self.connection_timeout),
         }
     }
 
@@ -162,6 +187,35 @@ mod tests {
             );
         }
         assert!(default(100).is_err());
+    }
+
+    #[test]
+    fn the_lease_counts_from_the_last_answer() {
+        let p = policy(10, 5, OnDisconnect::Lease);
+        // 10s - 5s (kill) - 0.6s (margin); grace is that less C (2s).
+        assert_eq!(p.lease(), Duration::from_millis(4400));
+        let sent = Instant::now();
+        assert_eq!(p.deadline_after(sent), sent + Duration::from_millis(4400));
+        // The same KILL time in both modes: the earliest expiry does not
+        // depend on what a disconnection means.
+        let kill = policy(10, 5, OnDisconnect::Kill);
+        assert_eq!(kill.lease(), p.lease());
+    }
+
+    #[test]
+    fn answers_come_well_within_the_lease() {
+        for t in [400, 1_000, 2_000, 4_000, 10_000, 60_000] {
+            let p = policy_ms(t, u64::MAX, OnDisconnect::Lease)
+                .with_default_kill_after()
+                .unwrap();
+            // Faster than the library's pings (3/8 of C).
+            assert!(p.ask_every() * 8 < p.connection_timeout * 3, "{t}");
+            // A connected holder, asking on time, never reaches its
+            // deadline between two answers; a stopped one may stay stopped
+            // about the grace before it does.
+            assert!(p.ask_every() * 2 < p.lease(), "{t}: {p:?}");
+            assert!(p.grace() + p.ask_every() <= p.lease(), "{t}: {p:?}");
+        }
     }
 
     #[test]
