@@ -1,0 +1,11 @@
+//! ZooKeeper's client protocol, spoken directly: the jute codec, the
+//! records zklock sends and receives, and one session over one connection
+//! at a time (docs/design.md, "The protocol layer"). It knows nothing about
+//! locks.
+
+pub mod jute;
+pub mod ops;
+pub mod records;
+
+#[cfg(test)]
+mod golden;

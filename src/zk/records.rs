@@ -1,0 +1,370 @@
+//! The records around every operation: headers, the handshake, stats, ACLs,
+//! watcher events, and the error codes a server answers with
+//! (ZooKeeper's `zookeeper.jute` and `ZooDefs`).
+
+use std::fmt;
+
+use crate::zk::jute::{Malformed, Reader, Writer};
+
+/// Operation codes (`ZooDefs.OpCode`) of the operations zklock uses.
+pub mod opcode {
+    pub const CREATE: i32 = 1;
+    pub const DELETE: i32 = 2;
+    pub const EXISTS: i32 = 3;
+    pub const GET_DATA: i32 = 4;
+    pub const SET_DATA: i32 = 5;
+    pub const GET_ACL: i32 = 6;
+    pub const GET_CHILDREN: i32 = 8;
+    pub const SYNC: i32 = 9;
+    pub const PING: i32 = 11;
+    pub const GET_CHILDREN2: i32 = 12;
+    pub const CHECK: i32 = 13;
+    pub const MULTI: i32 = 14;
+    pub const CREATE2: i32 = 15;
+    pub const CREATE_CONTAINER: i32 = 19;
+    pub const MULTI_READ: i32 = 22;
+    pub const AUTH: i32 = 100;
+    pub const SET_WATCHES: i32 = 101;
+    pub const SASL: i32 = 102;
+    pub const WHO_AM_I: i32 = 107;
+    pub const CLOSE_SESSION: i32 = -11;
+    /// The type of a failed operation's result in a multi's answer.
+    pub const ERROR: i32 = -1;
+}
+
+/// The xids the protocol reserves; ordinary requests count up from 1.
+pub mod xid {
+    pub const WATCHER_EVENT: i32 = -1;
+    pub const PING: i32 = -2;
+    pub const AUTH: i32 = -4;
+    pub const SET_WATCHES: i32 = -8;
+}
+
+/// The error codes of `KeeperException.Code`. The server sends them in a
+/// reply header; a few (ConnectionLoss, SessionExpired, AuthFailed) this
+/// client also reports of its own, with the same meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    SystemError,
+    RuntimeInconsistency,
+    DataInconsistency,
+    /// The answer was lost with the connection: the request may or may not
+    /// have taken effect (docs/design.md, "The protocol layer").
+    ConnectionLoss,
+    MarshallingError,
+    /// The server does not know the operation (older than it).
+    Unimplemented,
+    OperationTimeout,
+    BadArguments,
+    UnknownSession,
+    ApiError,
+    NoNode,
+    NoAuth,
+    BadVersion,
+    NoChildrenForEphemerals,
+    NodeExists,
+    NotEmpty,
+    SessionExpired,
+    InvalidAcl,
+    AuthFailed,
+    SessionMoved,
+    NotReadOnly,
+    NoWatcher,
+    RequestTimeout,
+    SessionClosedRequireSaslAuth,
+    QuotaExceeded,
+    Throttled,
+    Other(i32),
+}
+
+const CODES: &[(i32, Code)] = &[
+    (-1, Code::SystemError),
+    (-2, Code::RuntimeInconsistency),
+    (-3, Code::DataInconsistency),
+    (-4, Code::ConnectionLoss),
+    (-5, Code::MarshallingError),
+    (-6, Code::Unimplemented),
+    (-7, Code::OperationTimeout),
+    (-8, Code::BadArguments),
+    (-15, Code::UnknownSession),
+    (-100, Code::ApiError),
+    (-101, Code::NoNode),
+    (-102, Code::NoAuth),
+    (-103, Code::BadVersion),
+    (-108, Code::NoChildrenForEphemerals),
+    (-110, Code::NodeExists),
+    (-111, Code::NotEmpty),
+    (-112, Code::SessionExpired),
+    (-114, Code::InvalidAcl),
+    (-115, Code::AuthFailed),
+    (-118, Code::SessionMoved),
+    (-119, Code::NotReadOnly),
+    (-121, Code::NoWatcher),
+    (-122, Code::RequestTimeout),
+    (-124, Code::SessionClosedRequireSaslAuth),
+    (-125, Code::QuotaExceeded),
+    (-127, Code::Throttled),
+];
+
+impl Code {
+    /// The code of a non-zero error number.
+    pub fn from_i32(number: i32) -> Code {
+        (CODES.iter())
+            .find(|(n, _)| *n == number)
+            .map_or(Code::Other(number), |(_, code)| *code)
+    }
+
+    pub fn as_i32(self) -> i32 {
+        match self {
+            Code::Other(number) => number,
+            code => (CODES.iter())
+                .find(|(_, c)| *c == code)
+                .map_or(0, |(n, _)| *n),
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Code::Other(number) => write!(f, "ZooKeeper error {number}"),
+            code => write!(f, "{code:?}"),
+        }
+    }
+}
+
+impl std::error::Error for Code {}
+
+/// A node's metadata (`org.apache.zookeeper.data.Stat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub czxid: i64,
+    pub mzxid: i64,
+    pub ctime: i64,
+    pub mtime: i64,
+    pub version: i32,
+    pub cversion: i32,
+    pub aversion: i32,
+    pub ephemeral_owner: i64,
+    pub data_length: i32,
+    pub num_children: i32,
+    pub pzxid: i64,
+}
+
+impl Stat {
+    pub fn read(r: &mut Reader<'_>) -> Result<Stat, Malformed> {
+        Ok(Stat {
+            czxid: r.long()?,
+            mzxid: r.long()?,
+            ctime: r.long()?,
+            mtime: r.long()?,
+            version: r.int()?,
+            cversion: r.int()?,
+            aversion: r.int()?,
+            ephemeral_owner: r.long()?,
+            data_length: r.int()?,
+            num_children: r.int()?,
+            pzxid: r.long()?,
+        })
+    }
+
+    #[cfg(test)]
+    pub fn write(&self, w: &mut Writer) {
+        w.long(self.czxid)
+            .long(self.mzxid)
+            .long(self.ctime)
+            .long(self.mtime);
+        w.int(self.version).int(self.cversion).int(self.aversion);
+        w.long(self.ephemeral_owner)
+            .int(self.data_length)
+            .int(self.num_children);
+        w.long(self.pzxid);
+    }
+}
+
+/// One entry of an access control list: permission bits (`ZooDefs.Perms`)
+/// for an identity of a scheme (`world:anyone`, `digest:user:hash`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acl {
+    pub perms: i32,
+    pub scheme: String,
+    pub id: String,
+}
+
+impl Acl {
+    pub fn write(&self, w: &mut Writer) {
+        w.int(self.perms).string(&self.scheme).string(&self.id);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<Acl, Malformed> {
+        Ok(Acl {
+            perms: r.int()?,
+            scheme: r.string()?,
+            id: r.string()?,
+        })
+    }
+}
+
+/// The first packet of every connection: a new session (id 0) or the
+/// session to resume, with the last zxid this client has seen so that a
+/// server behind it refuses the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    pub last_zxid_seen: i64,
+    pub timeout_ms: i32,
+    pub session_id: i64,
+    pub password: Vec<u8>,
+    pub read_only: bool,
+}
+
+impl ConnectRequest {
+    pub fn write(&self, w: &mut Writer) {
+        w.int(0); // protocol version
+        w.long(self.last_zxid_seen)
+            .int(self.timeout_ms)
+            .long(self.session_id);
+        w.buffer(Some(&self.password)).bool(self.read_only);
+    }
+}
+
+/// The server's answer to [`ConnectRequest`]. A timeout of 0 (or less)
+/// means the session asked for has expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectResponse {
+    pub timeout_ms: i32,
+    pub session_id: i64,
+    pub password: Vec<u8>,
+    pub read_only: bool,
+}
+
+impl ConnectResponse {
+    pub fn read(r: &mut Reader<'_>) -> Result<ConnectResponse, Malformed> {
+        let _protocol_version = r.int()?;
+        Ok(ConnectResponse {
+            timeout_ms: r.int()?,
+            session_id: r.long()?,
+            password: r.buffer()?.unwrap_or_default().to_vec(),
+            // Servers before 3.4 end the record here.
+            read_only: !r.is_empty() && r.bool()?,
+        })
+    }
+
+    #[cfg(test)]
+    pub fn write(&self, w: &mut Writer) {
+        w.int(0).int(self.timeout_ms).long(self.session_id);
+        w.buffer(Some(&self.password)).bool(self.read_only);
+    }
+}
+
+/// The header before every answer (and watcher event). `err` is 0 or an
+/// error number; the answer's record follows only when it is 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyHeader {
+    pub xid: i32,
+    pub zxid: i64,
+    pub err: i32,
+}
+
+impl ReplyHeader {
+    pub fn read(r: &mut Reader<'_>) -> Result<ReplyHeader, Malformed> {
+        Ok(ReplyHeader {
+            xid: r.int()?,
+            zxid: r.long()?,
+            err: r.int()?,
+        })
+    }
+
+    #[cfg(test)]
+    pub fn write(&self, w: &mut Writer) {
+        w.int(self.xid).long(self.zxid).int(self.err);
+    }
+}
+
+/// What happened to a watched node (`Watcher.Event.EventType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    NodeCreated,
+    NodeDeleted,
+    NodeDataChanged,
+    NodeChildrenChanged,
+    Other(i32),
+}
+
+/// A watch firing (`WatcherEvent`, sent with xid -1): the event's type, the
+/// session's state (always connected when a server sends it) and the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatcherEvent {
+    pub event_type: EventType,
+    pub path: String,
+}
+
+impl WatcherEvent {
+    pub fn read(r: &mut Reader<'_>) -> Result<WatcherEvent, Malformed> {
+        let event_type = match r.int()? {
+            1 => EventType::NodeCreated,
+            2 => EventType::NodeDeleted,
+            3 => EventType::NodeDataChanged,
+            4 => EventType::NodeChildrenChanged,
+            other => EventType::Other(other),
+        };
+        let _state = r.int()?;
+        let path = r.string()?;
+        Ok(WatcherEvent { event_type, path })
+    }
+
+    #[cfg(test)]
+    pub fn write(&self, w: &mut Writer) {
+        let number = match self.event_type {
+            EventType::NodeCreated => 1,
+            EventType::NodeDeleted => 2,
+            EventType::NodeDataChanged => 3,
+            EventType::NodeChildrenChanged => 4,
+            EventType::Other(number) => number,
+        };
+        w.int(number).int(3).string(&self.path);
+    }
+}
+
+/// The header before each operation of a multi and each of its results
+/// (`MultiHeader`); the list ends with one whose `done` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MultiHeader {
+    pub op: i32,
+    pub done: bool,
+    pub err: i32,
+}
+
+impl MultiHeader {
+    pub const END: MultiHeader = MultiHeader {
+        op: -1,
+        done: true,
+        err: -1,
+    };
+
+    pub fn write(&self, w: &mut Writer) {
+        w.int(self.op).bool(self.done).int(self.err);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<MultiHeader, Malformed> {
+        Ok(MultiHeader {
+            op: r.int()?,
+            done: r.bool()?,
+            err: r.int()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_map_both_ways() {
+        for (number, code) in CODES {
+            assert_eq!(Code::from_i32(*number), *code);
+            assert_eq!(code.as_i32(), *number);
+        }
+        assert_eq!(Code::from_i32(-999), Code::Other(-999));
+        assert_eq!(Code::Other(-999).as_i32(), -999);
+    }
+}
