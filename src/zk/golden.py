@@ -1,4 +1,4 @@
-"""Prints the golden bytes that src/zk/tests.rs checks the codec against.
+"""Prints the golden bytes that src/zk/tests/ checks the codec against.
 
 Run by hand, not by CI, with kazoo 2.10.0 (the venv .ci/test makes):
     target/kazoo-venv/bin/python src/zk/golden.py

@@ -3,9 +3,15 @@
 //! at a time (docs/design.md, "The protocol layer"). It knows nothing about
 //! locks.
 
+pub mod answers;
+pub mod client;
+mod conn;
 pub mod jute;
 pub mod ops;
 pub mod records;
+pub mod sasl;
+mod session;
+pub mod watches;
 
 #[cfg(test)]
-mod golden;
+mod tests;

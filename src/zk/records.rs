@@ -40,24 +40,25 @@ pub mod xid {
     pub const SET_WATCHES: i32 = -8;
 }
 
-/// The error codes of `KeeperException.Code`. The server sends them in a
-/// reply header; a few (ConnectionLoss, SessionExpired, AuthFailed) this
-/// client also reports of its own, with the same meaning.
+/// Why a request failed: the error codes of `KeeperException.Code`, which
+/// a server sends in a reply header. This client reports a few of them of
+/// its own, with the same meaning (ConnectionLoss, SessionExpired,
+/// AuthFailed), and one more no server sends: [`Error::Closed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    SystemError,
+pub enum Error {
+    System,
     RuntimeInconsistency,
     DataInconsistency,
     /// The answer was lost with the connection: the request may or may not
     /// have taken effect (docs/design.md, "The protocol layer").
     ConnectionLoss,
-    MarshallingError,
+    Marshalling,
     /// The server does not know the operation (older than it).
     Unimplemented,
     OperationTimeout,
     BadArguments,
     UnknownSession,
-    ApiError,
+    Api,
     NoNode,
     NoAuth,
     BadVersion,
@@ -74,66 +75,61 @@ pub enum Code {
     SessionClosedRequireSaslAuth,
     QuotaExceeded,
     Throttled,
+    /// Any other number a server sends.
     Other(i32),
+    /// This client closed the session (or every handle to it is gone).
+    Closed,
 }
 
-const CODES: &[(i32, Code)] = &[
-    (-1, Code::SystemError),
-    (-2, Code::RuntimeInconsistency),
-    (-3, Code::DataInconsistency),
-    (-4, Code::ConnectionLoss),
-    (-5, Code::MarshallingError),
-    (-6, Code::Unimplemented),
-    (-7, Code::OperationTimeout),
-    (-8, Code::BadArguments),
-    (-15, Code::UnknownSession),
-    (-100, Code::ApiError),
-    (-101, Code::NoNode),
-    (-102, Code::NoAuth),
-    (-103, Code::BadVersion),
-    (-108, Code::NoChildrenForEphemerals),
-    (-110, Code::NodeExists),
-    (-111, Code::NotEmpty),
-    (-112, Code::SessionExpired),
-    (-114, Code::InvalidAcl),
-    (-115, Code::AuthFailed),
-    (-118, Code::SessionMoved),
-    (-119, Code::NotReadOnly),
-    (-121, Code::NoWatcher),
-    (-122, Code::RequestTimeout),
-    (-124, Code::SessionClosedRequireSaslAuth),
-    (-125, Code::QuotaExceeded),
-    (-127, Code::Throttled),
+const CODES: &[(i32, Error)] = &[
+    (-1, Error::System),
+    (-2, Error::RuntimeInconsistency),
+    (-3, Error::DataInconsistency),
+    (-4, Error::ConnectionLoss),
+    (-5, Error::Marshalling),
+    (-6, Error::Unimplemented),
+    (-7, Error::OperationTimeout),
+    (-8, Error::BadArguments),
+    (-15, Error::UnknownSession),
+    (-100, Error::Api),
+    (-101, Error::NoNode),
+    (-102, Error::NoAuth),
+    (-103, Error::BadVersion),
+    (-108, Error::NoChildrenForEphemerals),
+    (-110, Error::NodeExists),
+    (-111, Error::NotEmpty),
+    (-112, Error::SessionExpired),
+    (-114, Error::InvalidAcl),
+    (-115, Error::AuthFailed),
+    (-118, Error::SessionMoved),
+    (-119, Error::NotReadOnly),
+    (-121, Error::NoWatcher),
+    (-122, Error::RequestTimeout),
+    (-124, Error::SessionClosedRequireSaslAuth),
+    (-125, Error::QuotaExceeded),
+    (-127, Error::Throttled),
 ];
 
-impl Code {
+impl Error {
     /// The code of a non-zero error number.
-    pub fn from_i32(number: i32) -> Code {
+    pub fn from_i32(number: i32) -> Error {
         (CODES.iter())
             .find(|(n, _)| *n == number)
-            .map_or(Code::Other(number), |(_, code)| *code)
-    }
-
-    pub fn as_i32(self) -> i32 {
-        match self {
-            Code::Other(number) => number,
-            code => (CODES.iter())
-                .find(|(_, c)| *c == code)
-                .map_or(0, |(n, _)| *n),
-        }
+            .map_or(Error::Other(number), |(_, code)| *code)
     }
 }
 
-impl fmt::Display for Code {
+impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Code::Other(number) => write!(f, "ZooKeeper error {number}"),
+            Error::Other(number) => write!(f, "ZooKeeper error {number}"),
+            Error::Closed => write!(f, "the session is closed"),
             code => write!(f, "{code:?}"),
         }
     }
 }
 
-impl std::error::Error for Code {}
+impl std::error::Error for Error {}
 
 /// A node's metadata (`org.apache.zookeeper.data.Stat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -224,6 +220,18 @@ impl ConnectRequest {
             .int(self.timeout_ms)
             .long(self.session_id);
         w.buffer(Some(&self.password)).bool(self.read_only);
+    }
+
+    #[cfg(test)]
+    pub fn read(r: &mut Reader<'_>) -> Result<ConnectRequest, Malformed> {
+        let _protocol_version = r.int()?;
+        Ok(ConnectRequest {
+            last_zxid_seen: r.long()?,
+            timeout_ms: r.int()?,
+            session_id: r.long()?,
+            password: r.buffer()?.unwrap_or_default().to_vec(),
+            read_only: r.bool()?,
+        })
     }
 }
 
@@ -361,10 +369,8 @@ mod tests {
     #[test]
     fn error_codes_map_both_ways() {
         for (number, code) in CODES {
-            assert_eq!(Code::from_i32(*number), *code);
-            assert_eq!(code.as_i32(), *number);
+            assert_eq!(Error::from_i32(*number), *code);
         }
-        assert_eq!(Code::from_i32(-999), Code::Other(-999));
-        assert_eq!(Code::Other(-999).as_i32(), -999);
+        assert_eq!(Error::from_i32(-999), Error::Other(-999));
     }
 }

@@ -1,0 +1,423 @@
+//! The session's state machine against a scripted server on a loopback
+//! listener: what the client writes, in which order, and what it reports.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+use crate::zk::client::{Burst, Client, Config, State};
+use crate::zk::conn::Conn;
+use crate::zk::jute::{Reader, Writer};
+use crate::zk::ops::CreateMode;
+use crate::zk::records::{
+    ConnectRequest, ConnectResponse, Error, EventType, ReplyHeader, Stat, WatcherEvent, opcode, xid,
+};
+use crate::zk::sasl::{SaslMechanism, SaslStep};
+
+/// The session timeout the scripted servers grant: pings are due after a
+/// third of it.
+const GRANTED: Duration = Duration::from_millis(600);
+
+struct Member {
+    listener: TcpListener,
+    address: String,
+}
+
+impl Member {
+    async fn bind() -> Member {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        Member { listener, address }
+    }
+
+    async fn accept(&self) -> Peer {
+        let (stream, _) = self.listener.accept().await.unwrap();
+        Peer(Conn::new(Box::new(stream)))
+    }
+}
+
+/// A request as the server reads it.
+#[derive(Debug)]
+struct Received {
+    xid: i32,
+    opcode: i32,
+    body: Vec<u8>,
+}
+
+struct Peer(Conn);
+
+impl Peer {
+    async fn connect_request(&mut self) -> ConnectRequest {
+        let packet = self.0.packet().await.unwrap();
+        ConnectRequest::read(&mut Reader::new(&packet)).unwrap()
+    }
+
+    async fn request(&mut self) -> Received {
+        let packet = self.0.packet().await.unwrap();
+        let mut r = Reader::new(&packet);
+        let (xid, opcode) = (r.int().unwrap(), r.int().unwrap());
+        let body = packet[8..].to_vec();
+        Received { xid, opcode, body }
+    }
+
+    async fn accept_session(&mut self, session_id: i64, timeout: Duration) -> Instant {
+        let mut w = Writer::default();
+        ConnectResponse {
+            timeout_ms: timeout.as_millis() as i32,
+            session_id,
+            password: vec![7; 16],
+            read_only: false,
+        }
+        .write(&mut w);
+        self.send(w).await
+    }
+
+    async fn reply(&mut self, xid: i32, zxid: i64, err: i32, body: &[u8]) {
+        let mut w = Writer::default();
+        ReplyHeader { xid, zxid, err }.write(&mut w);
+        w.bytes.extend_from_slice(body);
+        self.send(w).await;
+    }
+
+    async fn send(&mut self, w: Writer) -> Instant {
+        let mut out = (w.bytes.len() as i32).to_be_bytes().to_vec();
+        out.extend(w.bytes);
+        self.0.write(&out).await.unwrap();
+        Instant::now()
+    }
+}
+
+fn config(hosts: &[&Member]) -> Config {
+    Config {
+        hosts: hosts.iter().map(|m| m.address.clone()).collect(),
+        chroot: "/app".to_owned(),
+        session_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(30),
+        attempt_timeout: Duration::from_secs(30),
+        tls: None,
+        auth: Vec::new(),
+        sasl: None,
+    }
+}
+
+fn stat_bytes() -> Vec<u8> {
+    let mut w = Writer::default();
+    Stat::default().write(&mut w);
+    w.bytes
+}
+
+/// Waits for the link to reach `state`.
+async fn reaches(client: &Client, state: State) {
+    let mut link = client.link();
+    link.wait_for(|link| link.state == state).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_burst_rides_behind_the_handshake_and_answers_come_in_order() {
+    let member = Member::bind().await;
+    let mut burst = Burst::default();
+    let created = burst.create("/q/n-", b"d", &[], CreateMode::EphemeralSequential);
+    let listed = burst.get_children("/q", false);
+    let connecting = tokio::spawn(Client::connect(config(&[&member]), burst));
+    let mut peer = member.accept().await;
+    assert_eq!(peer.connect_request().await.session_id, 0);
+    // Both requests are there before the handshake is answered.
+    let (create, list) = (peer.request().await, peer.request().await);
+    assert_eq!(
+        (create.opcode, list.opcode),
+        (opcode::CREATE2, opcode::GET_CHILDREN2)
+    );
+    assert_eq!(
+        Reader::new(&list.body).string().unwrap(),
+        "/app/q",
+        "chroot applied"
+    );
+    peer.accept_session(0x42, GRANTED).await;
+    let client = connecting.await.unwrap().unwrap();
+    assert_eq!(client.session_id(), 0x42);
+    let mut w = Writer::default();
+    w.string("/app/q/n-0000000001").bytes.extend(stat_bytes());
+    peer.reply(create.xid, 5, 0, &w.bytes).await;
+    let mut w = Writer::default();
+    w.vector(&["n-0000000001"], |w, s| {
+        w.string(s);
+    });
+    w.bytes.extend(stat_bytes());
+    peer.reply(list.xid, 5, 0, &w.bytes).await;
+    assert_eq!(
+        created.await.unwrap().path,
+        "/q/n-0000000001",
+        "chroot taken off"
+    );
+    assert_eq!(listed.await.unwrap().children, ["n-0000000001"]);
+
+    // A later burst: written together, answered in order, errors per request.
+    let mut burst = Burst::default();
+    let deleted = burst.delete("/q/gone", -1);
+    let exists = burst.exists("/q/gone", true);
+    client.send(burst);
+    let (delete, exist) = (peer.request().await, peer.request().await);
+    assert_eq!(
+        (delete.opcode, exist.opcode),
+        (opcode::DELETE, opcode::EXISTS)
+    );
+    assert!(exist.xid > delete.xid);
+    peer.reply(delete.xid, 6, -101, &[]).await;
+    peer.reply(exist.xid, 6, -101, &[]).await;
+    assert_eq!(deleted.await, Err(Error::NoNode));
+    let exists = exists.await.unwrap();
+    assert_eq!(exists.stat, None);
+    // A watch for the node's creation was set; the event fires it.
+    let mut w = Writer::default();
+    let event = WatcherEvent {
+        event_type: EventType::NodeCreated,
+        path: "/app/q/gone".to_owned(),
+    };
+    event.write(&mut w);
+    peer.reply(xid::WATCHER_EVENT, -1, 0, &w.bytes).await;
+    let fired = exists.watch.unwrap().await.unwrap();
+    assert_eq!(
+        (fired.event_type, fired.path.as_str()),
+        (EventType::NodeCreated, "/q/gone")
+    );
+}
+
+#[tokio::test]
+async fn a_ping_goes_out_only_after_a_third_of_the_timeout_of_quiet() {
+    let member = Member::bind().await;
+    let connecting = tokio::spawn(Client::connect(config(&[&member]), Burst::default()));
+    let mut peer = member.accept().await;
+    peer.connect_request().await;
+    let answered = peer.accept_session(1, GRANTED).await;
+    let client = connecting.await.unwrap().unwrap();
+    let ping = peer.request().await;
+    assert_eq!((ping.xid, ping.opcode), (xid::PING, opcode::PING));
+    assert!(
+        answered.elapsed() >= GRANTED / 3,
+        "{:?}",
+        answered.elapsed()
+    );
+    peer.reply(xid::PING, 0, 0, &[]).await;
+    // A request resets the quiet: the next ping is a third after it.
+    let sync = client.call(|b| b.sync("/q"));
+    let request = peer.request().await;
+    let sent = Instant::now();
+    assert_eq!(request.opcode, opcode::SYNC);
+    let mut w = Writer::default();
+    w.string("/app/q");
+    peer.reply(request.xid, 9, 0, &w.bytes).await;
+    sync.await.unwrap();
+    let ping = peer.request().await;
+    assert_eq!(ping.opcode, opcode::PING);
+    // The server read the sync after the client sent it: this bound is low.
+    assert!(sent.elapsed() >= GRANTED / 3 - Duration::from_millis(50));
+    assert_eq!(client.link().borrow().state, State::Connected);
+}
+
+/// One member that takes the session, one to resume it on.
+async fn session_on_first_member(config: Config, first: &Member) -> (Client, Peer) {
+    let connecting = tokio::spawn(Client::connect(config, Burst::default()));
+    let mut peer = first.accept().await;
+    peer.connect_request().await;
+    peer.accept_session(0x42, Duration::from_secs(30)).await;
+    (connecting.await.unwrap().unwrap(), peer)
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_reported_at_once_and_the_session_resumed_with_its_watches() {
+    let (a, b) = (Member::bind().await, Member::bind().await);
+    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let watched = client.call(|b| b.get_data("/q/n", true));
+    let get = peer.request().await;
+    let mut w = Writer::default();
+    w.buffer(Some(b"x")).bytes.extend(stat_bytes());
+    peer.reply(get.xid, 0x10, 0, &w.bytes).await;
+    let watch = watched.await.unwrap().watch.unwrap();
+    let unanswered = client.call(|b| b.sync("/q"));
+    assert_eq!(peer.request().await.opcode, opcode::SYNC);
+    drop(peer);
+
+    reaches(&client, State::Disconnected).await;
+    assert_eq!(client.link().borrow().losses, 1);
+    assert_eq!(unanswered.await, Err(Error::ConnectionLoss));
+    // Made while disconnected: written on the next connection.
+    let made_meanwhile = client.call(|b| b.sync("/q"));
+    let mut peer = b.accept().await;
+    let resumed = peer.connect_request().await;
+    assert_eq!((resumed.session_id, resumed.last_zxid_seen), (0x42, 0x10));
+    assert_eq!(resumed.password, [7; 16]);
+    let set = peer.request().await;
+    assert_eq!(
+        (set.xid, set.opcode),
+        (xid::SET_WATCHES, opcode::SET_WATCHES)
+    );
+    let mut r = Reader::new(&set.body);
+    assert_eq!(r.long().unwrap(), 0x10, "relative zxid");
+    assert_eq!(
+        r.vector(Reader::string).unwrap(),
+        ["/app/q/n"],
+        "data watches"
+    );
+    // Not connected until the server answers on the new connection.
+    assert_eq!(client.link().borrow().state, State::Disconnected);
+    peer.accept_session(0x42, Duration::from_secs(30)).await;
+    reaches(&client, State::Connected).await;
+    let sync = peer.request().await;
+    assert_eq!(sync.opcode, opcode::SYNC);
+    let mut w = Writer::default();
+    w.string("/app/q");
+    peer.reply(sync.xid, 0x11, 0, &w.bytes).await;
+    made_meanwhile.await.unwrap();
+    let mut w = Writer::default();
+    let event = WatcherEvent {
+        event_type: EventType::NodeDeleted,
+        path: "/app/q/n".to_owned(),
+    };
+    event.write(&mut w);
+    peer.reply(xid::WATCHER_EVENT, -1, 0, &w.bytes).await;
+    assert_eq!(watch.await.unwrap().event_type, EventType::NodeDeleted);
+}
+
+#[tokio::test]
+async fn a_server_saying_expired_ends_the_session() {
+    let (a, b) = (Member::bind().await, Member::bind().await);
+    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let exists = client.call(|b| b.exists("/q/n", true));
+    let request = peer.request().await;
+    peer.reply(request.xid, 3, 0, &stat_bytes()).await;
+    let watch = exists.await.unwrap().watch.unwrap();
+    drop(peer);
+    reaches(&client, State::Disconnected).await;
+    let mut peer = b.accept().await;
+    peer.connect_request().await;
+    peer.accept_session(0, Duration::ZERO).await;
+    reaches(&client, State::Expired).await;
+    assert_eq!(watch.await, Err(Error::SessionExpired));
+    assert_eq!(
+        client.call(|b| b.sync("/")).await,
+        Err(Error::SessionExpired)
+    );
+}
+
+#[tokio::test]
+async fn closed_only_on_the_answer_to_close_session() {
+    let a = Member::bind().await;
+    let (client, mut peer) = session_on_first_member(config(&[&a]), &a).await;
+    let mut burst = Burst::default();
+    let deleted = burst.delete("/q/n", -1);
+    let closed = burst.close();
+    client.send(burst);
+    let (delete, close) = (peer.request().await, peer.request().await);
+    assert_eq!(
+        (delete.opcode, close.opcode),
+        (opcode::DELETE, opcode::CLOSE_SESSION)
+    );
+    peer.reply(delete.xid, 8, 0, &[]).await;
+    deleted.await.unwrap();
+    assert_eq!(client.link().borrow().state, State::Connected);
+    peer.reply(close.xid, 9, 0, &[]).await;
+    closed.await.unwrap();
+    reaches(&client, State::Closed).await;
+    assert_eq!(client.call(|b| b.sync("/")).await, Err(Error::Closed));
+}
+
+/// A mechanism of one round: sends `hello`, done on the server's answer.
+struct OneRound;
+
+impl SaslMechanism for OneRound {
+    fn step(&mut self, challenge: Option<&[u8]>) -> anyhow::Result<SaslStep> {
+        Ok(match challenge {
+            None => SaslStep::Send(b"hello".to_vec()),
+            Some(_) => SaslStep::Done,
+        })
+    }
+}
+
+#[tokio::test]
+async fn credentials_and_watches_follow_sasl_on_every_connection() {
+    let (a, b) = (Member::bind().await, Member::bind().await);
+    let mut config = config(&[&a, &b]);
+    config.sasl = Some(Arc::new(|| Ok(Box::new(OneRound) as _)));
+    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
+    let mut burst = Burst::default();
+    let watched = burst.get_children("/q", true);
+    let connecting = tokio::spawn(Client::connect(config, burst));
+    let mut peer = a.accept().await;
+    let next = sasl_then_credentials(&mut peer).await;
+    assert_eq!(next.opcode, opcode::GET_CHILDREN2, "the burst after SASL");
+    let mut w = Writer::default();
+    w.vector::<&str>(&[], |_, _| {}).bytes.extend(stat_bytes());
+    peer.reply(next.xid, 4, 0, &w.bytes).await;
+    let client = connecting.await.unwrap().unwrap();
+    let _watch = watched.await.unwrap().watch.unwrap();
+    drop(peer);
+    reaches(&client, State::Disconnected).await;
+    let mut peer = b.accept().await;
+    let next = sasl_then_credentials(&mut peer).await;
+    assert_eq!(next.opcode, opcode::SET_WATCHES, "watches after SASL");
+}
+
+/// Plays a server through the handshake and SASL, checks that the
+/// credentials come next, and returns the request after them.
+async fn sasl_then_credentials(peer: &mut Peer) -> Received {
+    peer.connect_request().await;
+    peer.accept_session(0x42, Duration::from_secs(30)).await;
+    let sasl = peer.request().await;
+    assert_eq!(sasl.opcode, opcode::SASL, "SASL first");
+    assert_eq!(
+        Reader::new(&sasl.body).buffer().unwrap(),
+        Some(&b"hello"[..])
+    );
+    peer.reply(sasl.xid, 0, 0, &[0, 0, 0, 0]).await;
+    let auth = peer.request().await;
+    assert_eq!((auth.xid, auth.opcode), (xid::AUTH, opcode::AUTH));
+    peer.request().await
+}
+
+#[tokio::test]
+async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_session() {
+    let a = Member::bind().await;
+    let mut config = config(&[&a]);
+    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
+    let mut burst = Burst::default();
+    let synced = burst.sync("/");
+    let connecting = tokio::spawn(Client::connect(config, burst));
+    let mut peer = a.accept().await;
+    peer.connect_request().await;
+    let (auth, sync) = (peer.request().await, peer.request().await);
+    assert_eq!((auth.xid, sync.opcode), (xid::AUTH, opcode::SYNC));
+    let mut r = Reader::new(&auth.body);
+    assert_eq!(r.int().unwrap(), 0);
+    assert_eq!(r.string().unwrap(), "digest");
+    assert_eq!(r.string().unwrap(), "u:p");
+    peer.accept_session(0x42, Duration::from_secs(30)).await;
+    let client = connecting.await.unwrap().unwrap();
+    peer.reply(xid::AUTH, 0, -115, &[]).await;
+    reaches(&client, State::AuthFailed).await;
+    assert_eq!(synced.await, Err(Error::AuthFailed));
+}
+
+#[tokio::test]
+async fn a_member_that_never_answers_the_handshake_is_left_for_the_next() {
+    // Bound, never accepting: the kernel completes TCP's handshake anyway.
+    let (silent, b) = (Member::bind().await, Member::bind().await);
+    let mut config = config(&[&silent, &b]);
+    config.attempt_timeout = Duration::from_millis(200);
+    let mut burst = Burst::default();
+    let synced = burst.sync("/");
+    let connecting = tokio::spawn(Client::connect(config, burst));
+    let mut peer = b.accept().await;
+    peer.connect_request().await;
+    // The burst is made again behind the handshake that is answered.
+    let sync = peer.request().await;
+    assert_eq!(sync.opcode, opcode::SYNC);
+    peer.accept_session(0x42, GRANTED).await;
+    let client = connecting.await.unwrap().unwrap();
+    let mut w = Writer::default();
+    w.string("/app");
+    peer.reply(sync.xid, 1, 0, &w.bytes).await;
+    synced.await.unwrap();
+    assert_eq!(client.link().borrow().state, State::Connected);
+}

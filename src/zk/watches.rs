@@ -1,0 +1,153 @@
+//! The session's watches, kept by the server's path, so that they fire
+//! when their event arrives and are set again on a new connection. A watch
+//! nobody holds any more is forgotten here, without a request: the server's
+//! watch fires once, unheard, and is not set again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+
+use crate::zk::records::{Error, EventType};
+
+/// Which of a node's watches: its data (getData), its existence (exists),
+/// its children (getChildren).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchKind {
+    Data,
+    Exist,
+    Child,
+}
+
+/// A watch that fired: what happened, at which path (the caller's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedEvent {
+    pub event_type: EventType,
+    pub path: String,
+}
+
+type Sender = oneshot::Sender<Result<WatchedEvent, Error>>;
+
+/// One watch, set by a request's answer. Resolves once: with its event, or
+/// with why the session ended first. Dropping it forgets it.
+#[derive(Debug)]
+pub struct Watch(oneshot::Receiver<Result<WatchedEvent, Error>>);
+
+impl Future for Watch {
+    type Output = Result<WatchedEvent, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or(Err(Error::Closed)))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Watches {
+    set: HashMap<(WatchKind, String), Vec<Sender>>,
+}
+
+/// The watches an event fires (as ZooKeeper's Java client fires them).
+fn fired_by(event: EventType) -> &'static [WatchKind] {
+    match event {
+        EventType::NodeCreated | EventType::NodeDataChanged => &[WatchKind::Data, WatchKind::Exist],
+        EventType::NodeChildrenChanged => &[WatchKind::Child],
+        EventType::NodeDeleted => &[WatchKind::Data, WatchKind::Exist, WatchKind::Child],
+        EventType::Other(_) => &[],
+    }
+}
+
+impl Watches {
+    /// Registers a watch the server has set on `server_path`.
+    pub fn add(&mut self, kind: WatchKind, server_path: &str) -> Watch {
+        let (tx, rx) = oneshot::channel();
+        (self.set.entry((kind, server_path.to_owned())).or_default()).push(tx);
+        Watch(rx)
+    }
+
+    /// Delivers an event from the server to the watches it fires.
+    pub fn fire(&mut self, event: EventType, server_path: &str, path: &str) {
+        for kind in fired_by(event) {
+            for tx in self
+                .set
+                .remove(&(*kind, server_path.to_owned()))
+                .unwrap_or_default()
+            {
+                let _ = tx.send(Ok(WatchedEvent {
+                    event_type: event,
+                    path: path.to_owned(),
+                }));
+            }
+        }
+    }
+
+    /// The server paths to set again, by kind (data, exist, child): only
+    /// the watches someone still holds.
+    pub fn wanted(&mut self) -> [Vec<String>; 3] {
+        self.set.retain(|_, senders| {
+            senders.retain(|tx| !tx.is_closed());
+            !senders.is_empty()
+        });
+        let mut paths = [Vec::new(), Vec::new(), Vec::new()];
+        for (kind, path) in self.set.keys() {
+            paths[*kind as usize].push(path.clone());
+        }
+        for list in &mut paths {
+            list.sort();
+        }
+        paths
+    }
+
+    /// Ends every watch with why the session ended.
+    pub fn end(&mut self, why: Error) {
+        for (_, senders) in self.set.drain() {
+            for tx in senders {
+                let _ = tx.send(Err(why));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    #[test]
+    fn a_deletion_fires_every_kind_and_a_change_only_its_own() {
+        let mut watches = Watches::default();
+        let data = watches.add(WatchKind::Data, "/app/n");
+        let exist = watches.add(WatchKind::Exist, "/app/n");
+        let child = watches.add(WatchKind::Child, "/app/n");
+        watches.fire(EventType::NodeDataChanged, "/app/n", "/n");
+        let event = data.now_or_never().unwrap().unwrap();
+        assert_eq!(
+            (event.event_type, event.path.as_str()),
+            (EventType::NodeDataChanged, "/n")
+        );
+        assert!(exist.now_or_never().unwrap().is_ok());
+        assert_eq!(
+            watches.wanted(),
+            [vec![], vec![], vec!["/app/n".to_owned()]]
+        );
+        watches.fire(EventType::NodeDeleted, "/app/n", "/n");
+        assert!(child.now_or_never().unwrap().is_ok());
+        assert_eq!(
+            watches.wanted(),
+            [vec![], vec![], vec![]] as [Vec<String>; 3]
+        );
+    }
+
+    #[test]
+    fn a_dropped_watch_is_not_set_again() {
+        let mut watches = Watches::default();
+        let kept = watches.add(WatchKind::Exist, "/a");
+        drop(watches.add(WatchKind::Child, "/b"));
+        assert_eq!(watches.wanted(), [vec![], vec!["/a".to_owned()], vec![]]);
+        watches.end(Error::SessionExpired);
+        assert_eq!(kept.now_or_never(), Some(Err(Error::SessionExpired)));
+    }
+}
