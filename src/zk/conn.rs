@@ -202,3 +202,16 @@ pub async fn authenticate(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_certificate_is_checked_against_the_host_without_its_port() {
+        let name = |host| server_name(host).unwrap().to_str().into_owned();
+        assert_eq!(name("zk1.example:2281"), "zk1.example");
+        assert_eq!(name("127.0.0.1:2281"), "127.0.0.1");
+        assert_eq!(name("[::1]:2281"), "::1");
+    }
+}
