@@ -71,6 +71,26 @@ pub struct Link {
     pub session_timeout: Duration,
 }
 
+/// Why [`Client::connect`] opened no session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectError {
+    /// No member answered the handshake in time; the last problem seen.
+    Unreachable(String),
+    /// SASL failed: the server refused, or the mechanism did.
+    AuthFailed(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Unreachable(why) => write!(f, "no ZooKeeper server answered ({why})"),
+            ConnectError::AuthFailed(why) => write!(f, "SASL authentication failed: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
 /// A session. Clones share it.
 #[derive(Clone)]
 pub struct Client {
@@ -84,7 +104,7 @@ impl Client {
     /// turn until `config.connect_timeout`; `burst` is written behind the
     /// handshake in the same write (after SASL, with SASL). Returns once a
     /// server has answered the handshake; the burst's answers follow.
-    pub async fn connect(config: Config, burst: Burst) -> Result<Client, String> {
+    pub async fn connect(config: Config, burst: Burst) -> Result<Client, ConnectError> {
         let deadline = Instant::now() + config.connect_timeout;
         let (commands, received) = mpsc::unbounded_channel();
         let (link, watched) = watch::channel(Link {
@@ -93,7 +113,7 @@ impl Client {
             session_timeout: config.session_timeout,
         });
         if config.hosts.is_empty() {
-            return Err("no ZooKeeper server given".to_owned());
+            return Err(ConnectError::Unreachable("no server given".to_owned()));
         }
         let mut driver = Driver::new(Arc::new(config), received, link, burst.0);
         let conn = driver.open(deadline).await?;

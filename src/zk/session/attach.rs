@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Driver, InFlight, write_queued};
-use crate::zk::client::State;
+use crate::zk::client::{ConnectError, State};
 use crate::zk::conn::{self, Conn, Refused};
 use crate::zk::ops::Request;
 use crate::zk::records::{ConnectRequest, ConnectResponse, Error, xid};
@@ -20,20 +20,20 @@ impl Driver {
     /// waiting burst written behind the ConnectRequest of each attempt: an
     /// attempt whose handshake went unanswered belongs to a session nobody
     /// can resume, so its requests are made again, in the next one.
-    pub async fn open(&mut self, deadline: Instant) -> Result<Conn, String> {
+    pub async fn open(&mut self, deadline: Instant) -> Result<Conn, ConnectError> {
         let mut last = String::from("no member tried");
         while Instant::now() < deadline {
             let host = self.host();
             let attempt = self.attempt(&host, true);
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(conn)) => return Ok(conn),
-                Ok(Err(Refused::AuthFailed(why))) => return Err(why),
+                Ok(Err(Refused::AuthFailed(why))) => return Err(ConnectError::AuthFailed(why)),
                 Ok(Err(refused)) => last = format!("{host}: {}", describe(&refused)),
                 Err(_) => last = format!("{host}: no answer in time"),
             }
             self.pause_after_round().await;
         }
-        Err(last)
+        Err(ConnectError::Unreachable(last))
     }
 
     /// Resumes the session on the members in turn, until one takes it or

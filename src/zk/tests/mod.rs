@@ -3,7 +3,9 @@
 //! kazoo 2.10.0.
 
 mod answers;
+mod auth;
 mod requests;
+mod script;
 mod session;
 
 use crate::zk::records::{Acl, Stat};

@@ -1,118 +1,15 @@
-//! The session's state machine against a scripted server on a loopback
-//! listener: what the client writes, in which order, and what it reports.
+//! The session's state machine against a scripted server: what the
+//! client writes, in which order, and what it reports.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use crate::zk::client::{Burst, Client, Config, State};
-use crate::zk::conn::Conn;
+use super::script::{GRANTED, Member, config, reaches, session_on_first_member, stat_bytes};
+use crate::zk::client::{Burst, Client, State};
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::ops::CreateMode;
-use crate::zk::records::{
-    ConnectRequest, ConnectResponse, Error, EventType, ReplyHeader, Stat, WatcherEvent, opcode, xid,
-};
-use crate::zk::sasl::{SaslMechanism, SaslStep};
-
-/// The session timeout the scripted servers grant: pings are due after a
-/// third of it.
-const GRANTED: Duration = Duration::from_millis(600);
-
-struct Member {
-    listener: TcpListener,
-    address: String,
-}
-
-impl Member {
-    async fn bind() -> Member {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        Member { listener, address }
-    }
-
-    async fn accept(&self) -> Peer {
-        let (stream, _) = self.listener.accept().await.unwrap();
-        Peer(Conn::new(Box::new(stream)))
-    }
-}
-
-/// A request as the server reads it.
-#[derive(Debug)]
-struct Received {
-    xid: i32,
-    opcode: i32,
-    body: Vec<u8>,
-}
-
-struct Peer(Conn);
-
-impl Peer {
-    async fn connect_request(&mut self) -> ConnectRequest {
-        let packet = self.0.packet().await.unwrap();
-        ConnectRequest::read(&mut Reader::new(&packet)).unwrap()
-    }
-
-    async fn request(&mut self) -> Received {
-        let packet = self.0.packet().await.unwrap();
-        let mut r = Reader::new(&packet);
-        let (xid, opcode) = (r.int().unwrap(), r.int().unwrap());
-        let body = packet[8..].to_vec();
-        Received { xid, opcode, body }
-    }
-
-    async fn accept_session(&mut self, session_id: i64, timeout: Duration) -> Instant {
-        let mut w = Writer::default();
-        ConnectResponse {
-            timeout_ms: timeout.as_millis() as i32,
-            session_id,
-            password: vec![7; 16],
-            read_only: false,
-        }
-        .write(&mut w);
-        self.send(w).await
-    }
-
-    async fn reply(&mut self, xid: i32, zxid: i64, err: i32, body: &[u8]) {
-        let mut w = Writer::default();
-        ReplyHeader { xid, zxid, err }.write(&mut w);
-        w.bytes.extend_from_slice(body);
-        self.send(w).await;
-    }
-
-    async fn send(&mut self, w: Writer) -> Instant {
-        let mut out = (w.bytes.len() as i32).to_be_bytes().to_vec();
-        out.extend(w.bytes);
-        self.0.write(&out).await.unwrap();
-        Instant::now()
-    }
-}
-
-fn config(hosts: &[&Member]) -> Config {
-    Config {
-        hosts: hosts.iter().map(|m| m.address.clone()).collect(),
-        chroot: "/app".to_owned(),
-        session_timeout: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(30),
-        attempt_timeout: Duration::from_secs(30),
-        tls: None,
-        auth: Vec::new(),
-        sasl: None,
-    }
-}
-
-fn stat_bytes() -> Vec<u8> {
-    let mut w = Writer::default();
-    Stat::default().write(&mut w);
-    w.bytes
-}
-
-/// Waits for the link to reach `state`.
-async fn reaches(client: &Client, state: State) {
-    let mut link = client.link();
-    link.wait_for(|link| link.state == state).await.unwrap();
-}
+use crate::zk::records::{Error, EventType, WatcherEvent, opcode, xid};
 
 #[tokio::test]
 async fn a_burst_rides_behind_the_handshake_and_answers_come_in_order() {
@@ -216,15 +113,6 @@ async fn a_ping_goes_out_only_after_a_third_of_the_timeout_of_quiet() {
     assert_eq!(client.link().borrow().state, State::Connected);
 }
 
-/// One member that takes the session, one to resume it on.
-async fn session_on_first_member(config: Config, first: &Member) -> (Client, Peer) {
-    let connecting = tokio::spawn(Client::connect(config, Burst::default()));
-    let mut peer = first.accept().await;
-    peer.connect_request().await;
-    peer.accept_session(0x42, Duration::from_secs(30)).await;
-    (connecting.await.unwrap().unwrap(), peer)
-}
-
 #[tokio::test]
 async fn a_lost_connection_is_reported_at_once_and_the_session_resumed_with_its_watches() {
     let (a, b) = (Member::bind().await, Member::bind().await);
@@ -321,82 +209,6 @@ async fn closed_only_on_the_answer_to_close_session() {
     closed.await.unwrap();
     reaches(&client, State::Closed).await;
     assert_eq!(client.call(|b| b.sync("/")).await, Err(Error::Closed));
-}
-
-/// A mechanism of one round: sends `hello`, done on the server's answer.
-struct OneRound;
-
-impl SaslMechanism for OneRound {
-    fn step(&mut self, challenge: Option<&[u8]>) -> anyhow::Result<SaslStep> {
-        Ok(match challenge {
-            None => SaslStep::Send(b"hello".to_vec()),
-            Some(_) => SaslStep::Done,
-        })
-    }
-}
-
-#[tokio::test]
-async fn credentials_and_watches_follow_sasl_on_every_connection() {
-    let (a, b) = (Member::bind().await, Member::bind().await);
-    let mut config = config(&[&a, &b]);
-    config.sasl = Some(Arc::new(|| Ok(Box::new(OneRound) as _)));
-    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
-    let mut burst = Burst::default();
-    let watched = burst.get_children("/q", true);
-    let connecting = tokio::spawn(Client::connect(config, burst));
-    let mut peer = a.accept().await;
-    let next = sasl_then_credentials(&mut peer).await;
-    assert_eq!(next.opcode, opcode::GET_CHILDREN2, "the burst after SASL");
-    let mut w = Writer::default();
-    w.vector::<&str>(&[], |_, _| {}).bytes.extend(stat_bytes());
-    peer.reply(next.xid, 4, 0, &w.bytes).await;
-    let client = connecting.await.unwrap().unwrap();
-    let _watch = watched.await.unwrap().watch.unwrap();
-    drop(peer);
-    reaches(&client, State::Disconnected).await;
-    let mut peer = b.accept().await;
-    let next = sasl_then_credentials(&mut peer).await;
-    assert_eq!(next.opcode, opcode::SET_WATCHES, "watches after SASL");
-}
-
-/// Plays a server through the handshake and SASL, checks that the
-/// credentials come next, and returns the request after them.
-async fn sasl_then_credentials(peer: &mut Peer) -> Received {
-    peer.connect_request().await;
-    peer.accept_session(0x42, Duration::from_secs(30)).await;
-    let sasl = peer.request().await;
-    assert_eq!(sasl.opcode, opcode::SASL, "SASL first");
-    assert_eq!(
-        Reader::new(&sasl.body).buffer().unwrap(),
-        Some(&b"hello"[..])
-    );
-    peer.reply(sasl.xid, 0, 0, &[0, 0, 0, 0]).await;
-    let auth = peer.request().await;
-    assert_eq!((auth.xid, auth.opcode), (xid::AUTH, opcode::AUTH));
-    peer.request().await
-}
-
-#[tokio::test]
-async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_session() {
-    let a = Member::bind().await;
-    let mut config = config(&[&a]);
-    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
-    let mut burst = Burst::default();
-    let synced = burst.sync("/");
-    let connecting = tokio::spawn(Client::connect(config, burst));
-    let mut peer = a.accept().await;
-    peer.connect_request().await;
-    let (auth, sync) = (peer.request().await, peer.request().await);
-    assert_eq!((auth.xid, sync.opcode), (xid::AUTH, opcode::SYNC));
-    let mut r = Reader::new(&auth.body);
-    assert_eq!(r.int().unwrap(), 0);
-    assert_eq!(r.string().unwrap(), "digest");
-    assert_eq!(r.string().unwrap(), "u:p");
-    peer.accept_session(0x42, Duration::from_secs(30)).await;
-    let client = connecting.await.unwrap().unwrap();
-    peer.reply(xid::AUTH, 0, -115, &[]).await;
-    reaches(&client, State::AuthFailed).await;
-    assert_eq!(synced.await, Err(Error::AuthFailed));
 }
 
 #[tokio::test]
