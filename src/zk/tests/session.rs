@@ -6,9 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::script::{GRANTED, Member, config, reaches, session_on_first_member, stat_bytes};
+use crate::zk::answers::ReadResult;
 use crate::zk::client::{Burst, Client, State};
 use crate::zk::jute::{Reader, Writer};
-use crate::zk::ops::CreateMode;
+use crate::zk::ops::{CreateMode, ReadOp};
 use crate::zk::records::{Error, EventType, WatcherEvent, opcode, xid};
 
 #[tokio::test]
@@ -232,4 +233,53 @@ async fn a_member_that_never_answers_the_handshake_is_left_for_the_next() {
     peer.reply(sync.xid, 1, 0, &w.bytes).await;
     synced.await.unwrap();
     assert_eq!(client.link().borrow().state, State::Connected);
+}
+
+#[tokio::test]
+async fn reads_fall_back_to_single_requests_where_multi_read_is_unknown() {
+    let a = Member::bind().await;
+    let (client, mut peer) = session_on_first_member(config(&[&a]), &a).await;
+    let reads = vec![
+        ReadOp::GetData("/q/a".into()),
+        ReadOp::GetChildren("/q".into()),
+    ];
+    let reading = tokio::spawn(async move { client.read_many(reads).await });
+    let multi = peer.request().await;
+    assert_eq!(multi.opcode, opcode::MULTI_READ);
+    peer.reply(multi.xid, 0, -6, &[]).await;
+    let (data, children) = (peer.request().await, peer.request().await);
+    assert_eq!(
+        (data.opcode, children.opcode),
+        (opcode::GET_DATA, opcode::GET_CHILDREN2)
+    );
+    peer.reply(data.xid, 2, -101, &[]).await;
+    let mut w = Writer::default();
+    w.vector(&["a"], |w, s| {
+        w.string(s);
+    });
+    w.bytes.extend(stat_bytes());
+    peer.reply(children.xid, 2, 0, &w.bytes).await;
+    let results = reading.await.unwrap().unwrap();
+    assert_eq!(
+        results,
+        [
+            Err(Error::NoNode),
+            Ok(ReadResult::Children(vec!["a".to_owned()]))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_answer_out_of_order_ends_the_connection() {
+    let (a, b) = (Member::bind().await, Member::bind().await);
+    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let mut burst = Burst::default();
+    let first = burst.sync("/1");
+    let second = burst.sync("/2");
+    client.send(burst);
+    let (_, later) = (peer.request().await, peer.request().await);
+    peer.reply(later.xid, 1, 0, &[]).await;
+    reaches(&client, State::Disconnected).await;
+    assert_eq!(first.await, Err(Error::ConnectionLoss));
+    assert_eq!(second.await, Err(Error::ConnectionLoss));
 }
