@@ -2,7 +2,7 @@
 //! (`zookeeper.jute`'s request and response records).
 
 use crate::zk::jute::Writer;
-use crate::zk::records::{Acl, MultiHeader, opcode, xid};
+use crate::zk::records::{Acl, MultiHeader, opcode};
 
 /// How a node is created; sequential nodes get a 10-digit suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,17 +150,6 @@ impl Request {
             Request::SetWatches { .. } => opcode::SET_WATCHES,
             Request::Ping => opcode::PING,
             Request::CloseSession => opcode::CLOSE_SESSION,
-        }
-    }
-
-    /// The xid this request goes with: its own for the ones the protocol
-    /// reserves one for, else `next`.
-    pub fn xid(&self, next: i32) -> i32 {
-        match self {
-            Request::Auth { .. } => xid::AUTH,
-            Request::SetWatches { .. } => xid::SET_WATCHES,
-            Request::Ping => xid::PING,
-            _ => next,
         }
     }
 

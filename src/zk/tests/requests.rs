@@ -3,12 +3,12 @@
 use super::{acls, hex};
 use crate::zk::jute::Writer;
 use crate::zk::ops::{CreateMode, MultiOp, ReadOp, Request};
-use crate::zk::records::ConnectRequest;
+use crate::zk::records::{ConnectRequest, xid};
 
-/// The packet `request` makes with `xid` (its reserved one if it has one).
+/// The packet `request` makes with `xid`.
 fn packet(request: Request, xid: i32, chroot: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    request.write_packet(request.xid(xid), chroot, &mut out);
+    request.write_packet(xid, chroot, &mut out);
     out
 }
 
@@ -184,7 +184,7 @@ fn requests_match_kazoo() {
                     scheme: "digest".into(),
                     auth: b"user:secret".to_vec(),
                 },
-                99,
+                xid::AUTH,
                 "",
             ),
             "00000025fffffffc0000006400000000000000066469676573740000000b757365723a736563726574",
@@ -203,14 +203,14 @@ fn requests_match_kazoo() {
                     exist: vec![],
                     child: vec![path("/c1"), path("/c2")],
                 },
-                99,
+                xid::SET_WATCHES,
                 "",
             ),
             "00000030fffffff800000065000000000000007700000001000000022f640000000000000002000000032f6331000000032f6332",
         ),
         (
             "ping",
-            packet(Request::Ping, 99, ""),
+            packet(Request::Ping, xid::PING, ""),
             "00000008fffffffe0000000b",
         ),
         (
