@@ -178,6 +178,16 @@ impl Stat {
     }
 }
 
+/// The permission bits of an [`Acl`] (`ZooDefs.Perms`).
+pub mod perms {
+    pub const READ: i32 = 1;
+    pub const WRITE: i32 = 2;
+    pub const CREATE: i32 = 4;
+    pub const DELETE: i32 = 8;
+    pub const ADMIN: i32 = 16;
+    pub const ALL: i32 = READ | WRITE | CREATE | DELETE | ADMIN;
+}
+
 /// One entry of an access control list: permission bits (`ZooDefs.Perms`)
 /// for an identity of a scheme (`world:anyone`, `digest:user:hash`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
