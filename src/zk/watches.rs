@@ -5,11 +5,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
+use crate::zk::ops::Request;
 use crate::zk::records::{Error, EventType};
 
 /// Which of a node's watches: its data (getData), its existence (exists),
@@ -29,6 +31,9 @@ pub struct WatchedEvent {
 }
 
 type Sender = oneshot::Sender<Result<WatchedEvent, Error>>;
+
+/// The most path bytes one setWatches carries (as ZooKeeper's Java client).
+pub const SET_WATCHES_BYTES: usize = 128 * 1024;
 
 /// One watch, set by a request's answer. Resolves once: with its event, or
 /// with why the session ended first. Dropping it forgets it.
@@ -84,9 +89,43 @@ impl Watches {
         }
     }
 
+    /// The setWatches requests that set again, on a new connection, the
+    /// watches someone still holds, for what changed after `relative_zxid`.
+    /// Each carries at most [`SET_WATCHES_BYTES`] of paths, so that none
+    /// nears the server's packet limit (jute.maxbuffer).
+    pub fn set_again(&mut self, relative_zxid: i64) -> Vec<Request> {
+        let mut requests = Vec::new();
+        let [mut data, mut exist, mut child] = [Vec::new(), Vec::new(), Vec::new()];
+        let mut bytes = 0;
+        for (kind, paths) in self.wanted().into_iter().enumerate() {
+            for path in paths {
+                if bytes + path.len() > SET_WATCHES_BYTES && bytes > 0 {
+                    requests.push(Request::SetWatches {
+                        relative_zxid,
+                        data: mem::take(&mut data),
+                        exist: mem::take(&mut exist),
+                        child: mem::take(&mut child),
+                    });
+                    bytes = 0;
+                }
+                bytes += path.len();
+                [&mut data, &mut exist, &mut child][kind].push(path);
+            }
+        }
+        if bytes > 0 {
+            requests.push(Request::SetWatches {
+                relative_zxid,
+                data,
+                exist,
+                child,
+            });
+        }
+        requests
+    }
+
     /// The server paths to set again, by kind (data, exist, child): only
     /// the watches someone still holds.
-    pub fn wanted(&mut self) -> [Vec<String>; 3] {
+    fn wanted(&mut self) -> [Vec<String>; 3] {
         self.set.retain(|_, senders| {
             senders.retain(|tx| !tx.is_closed());
             !senders.is_empty()
@@ -149,5 +188,49 @@ mod tests {
         assert_eq!(watches.wanted(), [vec![], vec!["/a".to_owned()], vec![]]);
         watches.end(Error::SessionExpired);
         assert_eq!(kept.now_or_never(), Some(Err(Error::SessionExpired)));
+    }
+
+    #[test]
+    fn many_watches_are_set_again_in_several_requests_of_bounded_size() {
+        let mut watches = Watches::default();
+        let path = |i: usize| format!("/{i:0>1000}");
+        let held: Vec<Watch> = (0..300)
+            .map(|i| {
+                watches.add(
+                    if i % 2 == 0 {
+                        WatchKind::Data
+                    } else {
+                        WatchKind::Child
+                    },
+                    &path(i),
+                )
+            })
+            .collect();
+        let requests = watches.set_again(0x77);
+        assert_eq!(requests.len(), 3, "300 kB of paths in 128 kB requests");
+        let mut all = Vec::new();
+        for request in requests {
+            let Request::SetWatches {
+                relative_zxid,
+                data,
+                exist,
+                child,
+            } = request
+            else {
+                panic!("{request:?}");
+            };
+            assert_eq!(relative_zxid, 0x77);
+            let bytes: usize = [&data, &exist, &child]
+                .iter()
+                .flat_map(|v| v.iter())
+                .map(String::len)
+                .sum();
+            assert!(bytes <= SET_WATCHES_BYTES, "{bytes}");
+            all.extend(data.into_iter().chain(child));
+        }
+        all.sort();
+        assert_eq!(all, (0..300).map(path).collect::<Vec<_>>());
+        drop(held);
+        assert!(watches.set_again(0x77).is_empty());
     }
 }

@@ -158,14 +158,7 @@ impl Driver {
             };
             auth.write_packet(xid::AUTH, "", &mut behind);
         }
-        let [data, exist, child] = self.watches.wanted();
-        if !(data.is_empty() && exist.is_empty() && child.is_empty()) {
-            let set = Request::SetWatches {
-                relative_zxid: self.last_zxid,
-                data,
-                exist,
-                child,
-            };
+        for set in self.watches.set_again(self.last_zxid) {
             set.write_packet(xid::SET_WATCHES, "", &mut behind);
         }
         let waiting = mem::take(&mut self.waiting);

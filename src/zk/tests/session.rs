@@ -283,3 +283,23 @@ async fn an_answer_out_of_order_ends_the_connection() {
     assert_eq!(first.await, Err(Error::ConnectionLoss));
     assert_eq!(second.await, Err(Error::ConnectionLoss));
 }
+
+#[tokio::test]
+async fn when_every_handle_is_gone_the_session_is_closed_unwaited() {
+    let a = Member::bind().await;
+    let (client, mut peer) = session_on_first_member(config(&[&a]), &a).await;
+    let link = client.link();
+    let clone = client.clone();
+    drop(client);
+    assert_eq!(
+        link.borrow().state,
+        State::Connected,
+        "a clone still holds it"
+    );
+    drop(clone);
+    assert_eq!(peer.request().await.opcode, opcode::CLOSE_SESSION);
+    let mut link = link;
+    link.wait_for(|link| link.state == State::Closed)
+        .await
+        .unwrap();
+}
