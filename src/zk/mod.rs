@@ -4,6 +4,7 @@
 //! locks.
 
 pub mod answers;
+pub mod burst;
 pub mod client;
 mod conn;
 pub mod jute;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::script::{GRANTED, Member, Peer, Received, config, reaches, stat_bytes};
-use crate::zk::client::{Burst, Client, ConnectError, State};
+use crate::zk::burst::Burst;
+use crate::zk::client::{Client, ConnectError, State};
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::records::{Error, opcode, xid};
 use crate::zk::sasl::{SaslMechanism, SaslStep};

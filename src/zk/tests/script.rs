@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-use crate::zk::client::{Burst, Client, Config, State};
+use crate::zk::burst::Burst;
+use crate::zk::client::{Client, Config, State};
 use crate::zk::conn::Conn;
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::records::{ConnectRequest, ConnectResponse, ReplyHeader, Stat};

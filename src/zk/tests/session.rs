@@ -7,7 +7,8 @@ use tokio::time::Instant;
 
 use super::script::{GRANTED, Member, config, reaches, session_on_first_member, stat_bytes};
 use crate::zk::answers::ReadResult;
-use crate::zk::client::{Burst, Client, State};
+use crate::zk::burst::Burst;
+use crate::zk::client::{Client, State};
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::ops::{CreateMode, ReadOp};
 use crate::zk::records::{Error, EventType, WatcherEvent, opcode, xid};
