@@ -60,7 +60,8 @@ pub enum State {
     Expired,
     /// A server refused the credentials, and ended the session.
     AuthFailed,
-    /// The server answered closeSession (or every handle was dropped).
+    /// The server answered closeSession (sent by [`Burst::close`], or by
+    /// the session itself once every handle to it is gone).
     Closed,
 }
 

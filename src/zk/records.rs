@@ -77,7 +77,7 @@ pub enum Error {
     Throttled,
     /// Any other number a server sends.
     Other(i32),
-    /// This client closed the session (or every handle to it is gone).
+    /// The session is closed, or every handle to it is gone.
     Closed,
 }
 

@@ -44,7 +44,8 @@ impl Driver {
                 self.waiting.extend(batch);
             }
             if self.commands.is_closed() && self.waiting.is_empty() {
-                return Err(Error::Closed);
+                // Every handle is gone: nobody is left to resume it for.
+                return Err(Error::ConnectionLoss);
             }
             let host = self.host();
             match self.attempt(&host, false).await {

@@ -128,6 +128,7 @@ impl Driver {
     /// Serves one connection until it breaks or the session is over.
     async fn serve(&mut self, conn: &mut Conn) -> End {
         let third = self.timeout / 3;
+        let mut abandoned = false;
         let mut last_sent = Instant::now();
         let mut last_heard = Instant::now();
         loop {
@@ -142,18 +143,22 @@ impl Driver {
                         return end;
                     }
                 }
-                batch = self.commands.recv() => {
-                    let Some(batch) = batch else {
-                        // Every handle is gone: end the session, unwaited.
-                        Request::CloseSession.write_packet(self.xid + 1, "", &mut out);
-                        let _ = conn.write(&out).await;
-                        return End::Over(Error::Closed);
-                    };
-                    self.write_requests(batch, &mut out);
-                    while let Ok(more) = self.commands.try_recv() {
-                        self.write_requests(more, &mut out);
+                batch = self.commands.recv(), if !abandoned => match batch {
+                    Some(batch) => {
+                        self.write_requests(batch, &mut out);
+                        while let Ok(more) = self.commands.try_recv() {
+                            self.write_requests(more, &mut out);
+                        }
                     }
-                }
+                    None => {
+                        // Every handle is gone: nobody can use the session
+                        // any more, so end it (Closed on the answer).
+                        abandoned = true;
+                        let (reply, _) = oneshot::channel();
+                        let close = Queued { request: Request::CloseSession, reply };
+                        self.write_requests(vec![close], &mut out);
+                    }
+                },
                 () = tokio::time::sleep_until(ping_at.min(dead_at)) => {
                     if Instant::now() >= dead_at {
                         return End::Lost;
@@ -259,11 +264,16 @@ impl Driver {
     /// The session is over: says why, to the link, every request and watch.
     fn finish(mut self, why: Error) {
         let state = match why {
-            Error::SessionExpired => State::Expired,
-            Error::AuthFailed => State::AuthFailed,
-            _ => State::Closed,
+            Error::SessionExpired => Some(State::Expired),
+            Error::AuthFailed => Some(State::AuthFailed),
+            Error::Closed => Some(State::Closed),
+            // Abandoned while disconnected: the session may live on, until
+            // it expires; nobody is left to resume it.
+            _ => None,
         };
-        self.link.send_modify(|link| link.state = state);
+        if let Some(state) = state {
+            self.link.send_modify(|link| link.state = state);
+        }
         self.commands.close();
         while let Ok(batch) = self.commands.try_recv() {
             self.waiting.extend(batch);

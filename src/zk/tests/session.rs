@@ -286,20 +286,15 @@ async fn an_answer_out_of_order_ends_the_connection() {
 }
 
 #[tokio::test]
-async fn when_every_handle_is_gone_the_session_is_closed_unwaited() {
+async fn when_every_handle_is_gone_the_session_closes_itself() {
     let a = Member::bind().await;
     let (client, mut peer) = session_on_first_member(config(&[&a]), &a).await;
-    let link = client.link();
-    let clone = client.clone();
+    let mut link = client.link();
     drop(client);
-    assert_eq!(
-        link.borrow().state,
-        State::Connected,
-        "a clone still holds it"
-    );
-    drop(clone);
-    assert_eq!(peer.request().await.opcode, opcode::CLOSE_SESSION);
-    let mut link = link;
+    let close = peer.request().await;
+    assert_eq!(close.opcode, opcode::CLOSE_SESSION);
+    assert_eq!(link.borrow().state, State::Connected, "until the answer");
+    peer.reply(close.xid, 2, 0, &[]).await;
     link.wait_for(|link| link.state == State::Closed)
         .await
         .unwrap();
