@@ -5,6 +5,7 @@
 
 use anyhow::Result;
 use clap::CommandFactory;
+use clap::ValueHint;
 use clap_complete::Shell;
 
 use crate::cli::{
@@ -24,11 +25,69 @@ pub fn man(subcommand: Option<&str>) -> Result<Exit> {
     Ok(Exit::Command(0))
 }
 
+/// clap_complete's script for `shell` from the clap model, with two steps
+/// of our own: values that are not file names are not completed as such
+/// ([`completion_model`]), and bash completes the command after `--`
+/// ([`BASH_AFTER_DOUBLE_DASH`]).
 pub fn completion_script(shell: Shell) -> Vec<u8> {
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "zklock", &mut out);
+    clap_complete::generate(shell, &mut completion_model(), "zklock", &mut out);
+    if shell == Shell::Bash {
+        let script = String::from_utf8_lossy(&out);
+        out = (script.replacen(
+            BASH_RUN_CASE,
+            &format!("{BASH_RUN_CASE}{BASH_AFTER_DOUBLE_DASH}"),
+            1,
+        ))
+        .into_bytes();
+    }
     out
 }
+
+/// The model completions are made from: a value clap knows no kind of (a
+/// host list, a duration, a user, a lock path...) completes nothing, where
+/// clap_complete would offer file names; paths (`PathBuf`) and values
+/// with a hint of their own (the command after `--`) are left as they are.
+fn completion_model() -> clap::Command {
+    let mut root = Cli::command();
+    let names: Vec<String> = (root.get_subcommands())
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    // Each subcommand in turn, so that their order stays.
+    for name in names {
+        root = root.mut_subcommand(name, |sub| {
+            sub.mut_args(|arg| {
+                let unknown = arg.get_value_hint() == ValueHint::Unknown;
+                match arg.get_action().takes_values() && unknown {
+                    true => arg.value_hint(ValueHint::Other),
+                    false => arg,
+                }
+            })
+        });
+    }
+    root
+}
+
+/// Where `run`'s completions begin in clap_complete's bash script.
+const BASH_RUN_CASE: &str = "\n        zklock__subcmd__run)\n";
+
+/// clap_complete's bash script offers `run`'s options after `--` too. There
+/// the command and its arguments are typed: bash-completion's
+/// `_command_offset` completes them as for the command itself; without
+/// bash-completion, command names, then file names.
+const BASH_AFTER_DOUBLE_DASH: &str = r#"            for (( i = 2; i < COMP_CWORD; i++ )); do
+                if [[ "${COMP_WORDS[i]}" == "--" ]]; then
+                    if declare -F _command_offset >/dev/null; then
+                        _command_offset $(( i + 1 ))
+                    elif (( COMP_CWORD == i + 1 )); then
+                        COMPREPLY=( $(compgen -c -- "${cur}") )
+                    else
+                        COMPREPLY=( $(compgen -f -- "${cur}") )
+                    fi
+                    return 0
+                fi
+            done
+"#;
 
 /// zklock(1), or zklock-SUBCOMMAND(1): clap's sections of the `--help`
 /// text, then the reference sections of [`crate::cli::reference`] and the
@@ -180,6 +239,13 @@ mod generated_files {
             "{} is out of date; run ZKLOCK_REGENERATE=1 cargo test --bin zklock generated_files",
             path.display()
         );
+    }
+
+    #[test]
+    fn bash_completes_the_command_after_double_dash() {
+        let script = String::from_utf8(completion_script(Shell::Bash)).unwrap();
+        assert_eq!(script.matches(BASH_RUN_CASE).count(), 1);
+        assert!(script.contains(&format!("{BASH_RUN_CASE}{BASH_AFTER_DOUBLE_DASH}")));
     }
 
     #[test]

@@ -124,6 +124,8 @@ labelled `path` (the lock paths as given, separated by spaces):
       seconds the lock was held (0 if never)
   zklock_fencing_token
       the lock node's czxid (the first PATH given); absent if not acquired
+  zklock_ping_failures
+      with --ping: the health-check pings of this run that failed
   zklock_last_success_timestamp_seconds
       when the last successful run started: from the record with
       --once-per (server clock), otherwise this run's acquisition if it

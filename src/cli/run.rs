@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueHint};
 
 use crate::exit::CONFLICT_DEFAULT;
 use crate::lock::lease::OnDisconnect;
@@ -37,7 +37,7 @@ pub struct RunArgs {
     pub paths: Vec<LockPath>,
 
     /// The command to run and its arguments, given after `--`.
-    #[arg(last = true, value_name = "CMD")]
+    #[arg(last = true, value_name = "CMD", value_hint = ValueHint::CommandWithArguments)]
     pub argv: Vec<OsString>,
 
     /// Run STRING with `$SHELL -c` (falling back to /bin/sh) instead of CMD.
@@ -162,15 +162,18 @@ pub struct RunArgs {
 
     /// Health-check pings (healthchecks.io protocol): the host that runs the
     /// command sends URL/start as it starts it, then URL for exit 0 or URL/N
-    /// for exit status N. Hosts that do not run it send nothing. Bounded
-    /// (10s), never changes the exit status; a failure is one line. The URL
-    /// is a secret: only its scheme and host are ever printed.
+    /// for exit status N (the suffix goes before any ?query). Hosts that do
+    /// not run it send nothing. Bounded (10s), never changes the exit
+    /// status; a failure is one line. The URL is a secret: only its scheme
+    /// and host are ever printed.
     #[arg(long, value_name = "URL", env = "ZKLOCK_PING", hide_env_values = true)]
     pub ping: Option<String>,
 
     /// With --ping: a host that does not run the command because the lock
-    /// is held elsewhere or the job ran recently (exit as -E) sends a plain
-    /// URL ping too (a heartbeat from every host).
+    /// is held elsewhere or the job ran successfully recently (exit as -E)
+    /// sends a plain URL ping too (a heartbeat from every host). A host that
+    /// skips because the last run failed (--retry-after) sends nothing, so
+    /// the check stays failed: the failing host reported it once.
     #[arg(long)]
     pub ping_skipped: bool,
 

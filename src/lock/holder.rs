@@ -40,6 +40,11 @@ pub struct HolderData {
     /// may remove it from the queue while it waits (supersede.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supersede: Option<bool>,
+    /// With `supersede`: the czxid of the run's first node, in a node it
+    /// created again in a new session (absent in the first: its own czxid).
+    /// The run's age on ZooKeeper's clock (supersede.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_czxid: Option<i64>,
 }
 
 /// The CI job a zklock runs in, from its provider's documented environment
@@ -73,8 +78,14 @@ impl CiJob {
                 var("GITHUB_RUN_ID"),
             ) {
                 (Some(server), Some(repository), Some(run)) => Some(format!(
-                    "{}/{repository}/actions/runs/{run}",
-                    server.trim_end_matches('/')
+                    "{}/{repository}/actions/runs/{run}{}",
+                    server.trim_end_matches('/'),
+                    // A re-run keeps the run's id: the attempt's own page
+                    // is the one that ran this.
+                    (var("GITHUB_RUN_ATTEMPT"))
+                        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                        .map(|n| format!("/attempts/{n}"))
+                        .unwrap_or_default()
                 )),
                 _ => None,
             };
@@ -142,6 +153,7 @@ impl HolderData {
             acquired: None,
             ci: CiJob::from_env(|name| std::env::var(name).ok()),
             supersede: None,
+            first_czxid: None,
         }
     }
 
@@ -153,6 +165,13 @@ impl HolderData {
             acquired: Some(true),
             ..self.clone()
         }
+    }
+
+    /// A `--supersede` run's age, from its node (created in transaction
+    /// `czxid`): when it first queued, on ZooKeeper's clock. None for the
+    /// other runs.
+    pub fn supersede_age(&self, czxid: i64) -> Option<i64> {
+        (self.supersede == Some(true)).then(|| self.first_czxid.unwrap_or(czxid))
     }
 
     /// The node data: a JSON object.
@@ -474,6 +493,18 @@ mod tests {
             assert_eq!(ci(&partial), None, "without {}", github[missing].0);
         }
         assert_eq!(ci(&github[1..]), None, "GITHUB_ACTIONS unset");
+        // A re-run is its own attempt: its page, not the first attempt's.
+        let attempt =
+            |n: &'static str| ci(&[github.as_slice(), &[("GITHUB_RUN_ATTEMPT", n)]].concat());
+        let second = "https://github.com/octo/app/actions/runs/1234/attempts/2";
+        assert_eq!(attempt("2"), job("github-actions", second));
+        assert_eq!(
+            attempt("1"),
+            job("github-actions", &format!("{run}/attempts/1"))
+        );
+        // Empty or not a number: the run's page.
+        assert_eq!(attempt(""), job("github-actions", run));
+        assert_eq!(attempt("2x"), job("github-actions", run));
 
         let gitlab_job = "https://gitlab.com/g/p/-/jobs/42";
         assert_eq!(

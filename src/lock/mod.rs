@@ -5,6 +5,7 @@ pub mod directory;
 pub mod holder;
 pub mod inspect;
 pub mod lease;
+pub mod newest;
 pub mod nodes;
 pub mod queue;
 pub mod recipe;

@@ -16,7 +16,7 @@ use crate::lock::holder::Seen;
 pub use crate::lock::nodes::{MissingChroot, Node, paths};
 use crate::lock::nodes::{create_node, denied};
 use crate::lock::recipe::{self, LockKind, Standing};
-use crate::lock::supersede;
+use crate::lock::supersede::{self, Ours, Queueing};
 use crate::session::retrying;
 
 /// Progress of a wait, for reporting.
@@ -50,8 +50,9 @@ pub enum Acquired {
     /// Not joining (`--max-waiting`): this many runs were already waiting
     /// ahead of our node, which is deleted with the session.
     QueueFull(usize),
-    /// A newer `--supersede` run removed our node (we have --supersede too);
-    /// who it is, for people (supersede.rs).
+    /// A newer `--supersede` run removed our node, or is known to have
+    /// queued since we first did (we have --supersede too); who it is, for
+    /// people (supersede.rs).
     Superseded(String),
 }
 
@@ -67,6 +68,9 @@ pub struct Request<'a> {
     pub max_waiting: Option<u32>,
     /// `--supersede`: on queueing, remove the older waiting such runs.
     pub supersede: bool,
+    /// With `supersede`, queueing again: the czxid of the run's first node,
+    /// also in `data` (holder.rs). The run's age (supersede.rs).
+    pub first_queued: Option<i64>,
     /// The ACL of every node created, containers included.
     pub acls: &'a [zk::Acl],
 }
@@ -88,7 +92,15 @@ pub async fn take_turn(
     let mut max_waiting = request.max_waiting.filter(|_| request.wait);
     let mut own_watch = None;
     // Only when we queue: later waiters queue behind us and remove us.
-    let mut supersede = request.supersede && request.wait;
+    let mut supersede = request.supersede;
+    let ours = Ours {
+        client,
+        dir,
+        me: &me,
+        age: request.first_queued.unwrap_or(node.czxid),
+        data: request.data,
+        acls: request.acls,
+    };
     'queue: loop {
         let children = match listed.take() {
             Some(children) => children,
@@ -100,10 +112,12 @@ pub async fn take_turn(
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
         }
-        if std::mem::take(&mut supersede)
-            && supersede::remove_older(client, dir, &children, &me).await
-        {
-            continue 'queue;
+        if std::mem::take(&mut supersede) {
+            match supersede::queueing(&ours, &children, request.wait).await {
+                Queueing::Kept => {}
+                Queueing::Removed => continue 'queue,
+                Queueing::Superseded(by) => return Ok(Acquired::Superseded(by)),
+            }
         }
         // Only as we join: a run already in the queue stays in it.
         if let Some(limit) = max_waiting.take()
@@ -114,7 +128,7 @@ pub async fn take_turn(
         let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
             Standing::Held => break,
             Standing::Missing => {
-                return Ok(supersede::lost(request, dir, &me, Some(children.as_slice())).await);
+                return Ok(lost(request, &ours, Some(&children)).await);
             }
             Standing::Waiting {
                 predecessor,
@@ -147,7 +161,7 @@ pub async fn take_turn(
                 watch_own(client, &node.path, own_watch.take()),
             );
             let Some(mut own_watch_now) = own_watch_now? else {
-                return Ok(supersede::lost(request, dir, &me, None).await);
+                return Ok(lost(request, &ours, None).await);
             };
             let event = match ahead_watch {
                 Err(zk::Error::NoNode) => None,
@@ -183,12 +197,27 @@ pub async fn take_turn(
         // the last listing is gone, nothing is ahead and the lock is ours,
         // one round trip sooner than listing again. With more ahead, the one
         // we watched may have given up; on a session event we know nothing
-        // new: list again.
-        if gone && ahead == 1 {
+        // new: list again. A --supersede run lists anyway: after a
+        // reconnection, the event for our own node (removed by a newer run)
+        // may come after the answer that the node ahead is gone, and a
+        // stale run must not start its command at all.
+        if gone && ahead == 1 && !request.supersede {
             break;
         }
     }
     Ok(Acquired::Held(node, own_watch))
+}
+
+/// Our node vanished while we waited: the session (or the node) is lost,
+/// unless a `--supersede` run knows a newer one (supersede.rs).
+async fn lost(request: &Request<'_>, ours: &Ours<'_>, children: Option<&[String]>) -> Acquired {
+    if !request.supersede {
+        return Acquired::Lost;
+    }
+    match supersede::lost(ours, children).await {
+        Some(by) => Acquired::Superseded(by),
+        None => Acquired::Lost,
+    }
 }
 
 /// Creates our `marker` node in `dir` and owns it at once (see

@@ -17,7 +17,12 @@ pub enum LockKind {
     Semaphore(u32),
 }
 
-/// Node name markers: what comes between `_c_<uuid>` and the sequence number.
+/// Node name markers: what a contender's name is recognised by, just before
+/// its sequence number. Curator names a protected node `_c_<uuid>-` and the
+/// recipe's name (`lock-`, `__READ__`, `__WRIT__`, `lease-`): see
+/// [`node_prefix`]. Earlier zklock builds, which may still be running,
+/// created read and write nodes without that hyphen
+/// (`_c_<uuid>__READ__<seq>`): the markers match both forms.
 pub const LOCK: &str = "-lock-";
 pub const READ: &str = "__READ__";
 pub const WRITE: &str = "__WRIT__";
@@ -45,10 +50,14 @@ const CONTENDERS: [(&str, Class); 5] = [
     ("__rlock__", Class::Reader),
 ];
 
-/// The name prefix of a node we create; the server appends the sequence.
-/// The uuid lets us find our node again when a create's reply is lost.
+/// The name prefix of a node we create, as Curator names it
+/// (`_c_<uuid>-lock-`, `_c_<uuid>-__READ__`); the server appends the
+/// sequence. The uuid lets us find our node again when a create's reply is
+/// lost.
 pub fn node_prefix(marker: &str, uuid: &str) -> String {
-    format!("_c_{uuid}{marker}")
+    // `-lock-` and `-lease-` carry Curator's hyphen already.
+    let hyphen = if marker.starts_with('-') { "" } else { "-" };
+    format!("_c_{uuid}{hyphen}{marker}")
 }
 
 /// The path of the child `name` of the node at `dir`.
@@ -240,8 +249,45 @@ mod tests {
     #[test]
     fn prefixes_are_curator_compatible() {
         assert_eq!(node_prefix(LOCK, "u-1"), "_c_u-1-lock-");
-        assert_eq!(node_prefix(READ, "u-1"), "_c_u-1__READ__");
-        assert_eq!(node_prefix(WRITE, "u-1"), "_c_u-1__WRIT__");
+        assert_eq!(node_prefix(READ, "u-1"), "_c_u-1-__READ__");
+        assert_eq!(node_prefix(WRITE, "u-1"), "_c_u-1-__WRIT__");
+        assert_eq!(node_prefix(LEASE, "u-1"), "_c_u-1-lease-");
+        // What we create parses back as the contender it is.
+        for (marker, class) in [
+            (LOCK, Class::Writer),
+            (READ, Class::Reader),
+            (WRITE, Class::Writer),
+        ] {
+            let name = format!("{}0000000005", node_prefix(marker, "u-1"));
+            let parsed = parse_contender(&name).map(|c| (c.class, c.seq));
+            assert_eq!(parsed, Some((class, "0000000005")), "{name}");
+        }
+    }
+
+    /// Read and write nodes of earlier zklock builds (no hyphen before the
+    /// marker) are still contenders, of the same class, in one queue with
+    /// Curator's names.
+    #[test]
+    fn reads_the_older_read_and_write_names() {
+        for (name, class) in [
+            ("_c_ab__WRIT__0000000007", Class::Writer),
+            ("_c_ab__READ__0000000008", Class::Reader),
+        ] {
+            let parsed = parse_contender(name).map(|c| (c.class, c.seq));
+            assert_eq!(parsed, Some((class, &name[name.len() - 10..])), "{name}");
+        }
+        let children = names(&[
+            "_c_old__WRIT__0000000001",
+            "_c_new-__READ__0000000002",
+            "_c_old__READ__0000000003",
+        ]);
+        let (writer, reader) = ("_c_old__WRIT__0000000001", "_c_new-__READ__0000000002");
+        assert_eq!(standing(&children, writer), Standing::Held);
+        assert_eq!(standing(&children, reader), waiting(writer, 1, writer));
+        assert_eq!(
+            standing(&children, "_c_old__READ__0000000003"),
+            waiting(writer, 1, writer)
+        );
     }
 
     #[test]

@@ -227,7 +227,7 @@ pub async fn record(
 /// else wrote meanwhile (or a create's lost reply was ours). `known` (data
 /// and version) stands in for the first read. `change` may stop with a
 /// value instead. What was written, and the write's stat.
-async fn rewrite<T>(
+pub async fn rewrite<T>(
     client: &zk::Client,
     path: &str,
     acls: &[zk::Acl],

@@ -5,7 +5,9 @@ use anyhow::{Context, Result, bail};
 use zookeeper_client as zk;
 
 use crate::exit::Failure;
-use crate::lock::nodes::{Node, create_ancestors, create_dir, create_node, denied, parent};
+use crate::lock::nodes::{
+    MissingChroot, Node, create_ancestors, create_dir, create_node, denied, parent,
+};
 use crate::lock::queue::{Acquired, Observer, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
@@ -147,7 +149,9 @@ async fn claim_semaphore(
             Ok(()) => return Ok(()),
             Err(zk::Error::NodeExists) => {}
             Err(zk::Error::NoNode) if parent(dir) == "/" => {
-                bail!("cannot create {dir}: the chroot given with -z does not exist");
+                return Err(
+                    anyhow::Error::new(MissingChroot).context(format!("cannot create {dir}"))
+                );
             }
             Err(zk::Error::NoNode) => {
                 create_ancestors(client, parent(dir), acls).await?;

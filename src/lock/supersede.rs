@@ -1,7 +1,9 @@
 //! `--supersede` (docs/design.md, "Superseding waiters"): a run that queues
 //! removes the older runs on its path that still wait and were started with
-//! `--supersede` too; such a run whose node goes while it waits finds the
-//! newer run that removed it.
+//! `--supersede` too, and records itself beside the lock (newest.rs). Runs
+//! are compared by age, when they first queued (holder.rs), never by place:
+//! a run that lost its place and queues again, or whose node went while it
+//! waited, ends when a newer run is known.
 //!
 //! Which runs are such is read from their node data (holder.rs): correctness
 //! of the lock never depends on it, since a node is removed only while
@@ -12,61 +14,118 @@ use std::cmp::Ordering;
 use zookeeper_client as zk;
 
 use crate::lock::holder::{self, HolderData, Seen};
-use crate::lock::queue::{Acquired, Request};
-use crate::lock::recipe::{self, Class, Contender};
+use crate::lock::newest::{self, Trace};
+use crate::lock::recipe::{self, Class, Contender, Standing};
 use crate::session::{is_connection_loss, retrying};
 
-/// Removes from `dir` (listed as `children`) every `--supersede` run waiting
-/// ahead of our node `me`, never the first in line (it holds, or is about
-/// to). Each removal is one multi: a check that a node ahead of the victim
+/// Our node, as a `--supersede` run.
+pub struct Ours<'a> {
+    pub client: &'a zk::Client,
+    pub dir: &'a str,
+    /// Our node's name.
+    pub me: &'a str,
+    /// When the run first queued: the czxid of its first node.
+    pub age: i64,
+    /// Our node's data (holder.rs).
+    pub data: &'a [u8],
+    /// The ACL of every node we create.
+    pub acls: &'a [zk::Acl],
+}
+
+/// What a run found as it queued.
+pub enum Queueing {
+    /// It waits (or holds) as it was.
+    Kept,
+    /// It removed older runs: the caller's listing is stale.
+    Removed,
+    /// A newer run is known; who it is, for people.
+    Superseded(String),
+}
+
+/// Right after our node was created (`children` is a listing of its
+/// directory with it): ends if a newer `--supersede` run waits ahead
+/// of it, holds, or is recorded beside the lock; otherwise records our run
+/// there, and then removes the `--supersede` runs waiting ahead of us,
+/// never the first in line (it holds, or is about to). A run that does not
+/// wait does this only when it holds at once, and has nobody to remove
+/// (one that gives up deploys nothing, and makes no run stale).
+///
+/// Anything that goes wrong here (no DELETE on a victim, a lost session)
+/// leaves the victim waiting: our own wait goes on, and says what is wrong.
+pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queueing {
+    let Ours {
+        client,
+        dir,
+        me,
+        age,
+        ..
+    } = *ours;
+    if !wait && !matches!(recipe::standing(children, me), Standing::Held) {
+        return Queueing::Kept;
+    }
+    let ahead = ahead_of(children, me);
+    // Only writers: a --supersede run takes an exclusive or write lock.
+    let writers: Vec<&str> = (ahead.iter())
+        .filter(|c| c.class == Class::Writer)
+        .map(|c| c.name)
+        .collect();
+    let (runs, trace) = survey(client, dir, &writers).await;
+    if let Some(by) = newer_than(&runs, trace.as_ref(), age) {
+        return Queueing::Superseded(by);
+    }
+    // Recorded before anyone is removed, so that every run that ever
+    // queued is either still queued, or recorded, or was removed by a run
+    // recorded as newer. Failing to record (a lost session) is not fatal:
+    // the run queues again, and records itself then.
+    let own = HolderData::parse(ours.data).unwrap_or_default();
+    let raised = newest::raise(client, dir, ours.acls, trace.as_ref(), &own, age).await;
+    if raised.is_ok_and(|newer| newer) {
+        let trace = newest::read(client, dir).await;
+        let by = newer_than(&[], trace.as_ref(), age);
+        return Queueing::Superseded(by.unwrap_or_else(|| SOMEONE.to_owned()));
+    }
+    let first = ahead.first().map(|c| c.name);
+    // Every run read is older than ours now.
+    let victims: Vec<String> = (runs.into_iter())
+        .map(|run| run.name)
+        .filter(|name| Some(name.as_str()) != first)
+        .collect();
+    match remove(client, dir, &ahead, me, victims).await {
+        true => Queueing::Removed,
+        false => Queueing::Kept,
+    }
+}
+
+/// Removes from `dir` the `pending` runs waiting `ahead` of our node `me`.
+/// Each removal is one multi: a check that a node ahead of the victim
 /// still exists (any version: a holder writes its node) and the delete of
 /// the victim, so a victim that took the lock meanwhile is left alone: it
 /// cannot hold while anything precedes it. When such a check fails, the
 /// queue is listed again and the victims still waiting are tried against
-/// what is ahead of them now. True if anything was removed (the caller's
-/// listing is then stale).
+/// what is ahead of them now. True if anything was removed.
 ///
 /// A removed run exits and leaves nothing behind; we keep our own place at
 /// the end of the queue: we do not take the victim's place ahead of plain
 /// waiters that queued after it.
-///
-/// Anything that goes wrong here (no DELETE on a victim, a lost session)
-/// leaves the victim waiting: our own wait goes on, and says what is wrong.
-pub async fn remove_older(client: &zk::Client, dir: &str, children: &[String], me: &str) -> bool {
-    let ahead = ahead_of(children, me);
-    // The first in line is never a victim.
-    let Some((_, candidates)) = ahead.split_first() else {
-        return false;
-    };
-    // Only writers: a --supersede run takes an exclusive or write lock.
-    let candidates: Vec<&Contender<'_>> = candidates
-        .iter()
-        .filter(|c| c.class == Class::Writer)
-        .collect();
-    if candidates.is_empty() {
-        return false;
-    }
-    // One burst: every read is sent before any answer is awaited.
-    let reads: Vec<_> = (candidates.iter())
-        .map(|c| client.get_data(&recipe::child(dir, c.name)))
-        .collect();
-    let answers = futures::future::join_all(reads).await;
-    let mut pending: Vec<String> = (candidates.iter().zip(answers))
-        .filter(|(_, answer)| answer.as_ref().is_ok_and(|(data, _)| supersedes(data)))
-        .map(|(c, _)| c.name.to_owned())
-        .collect();
+async fn remove(
+    client: &zk::Client,
+    dir: &str,
+    ahead: &[Contender<'_>],
+    me: &str,
+    mut pending: Vec<String>,
+) -> bool {
     let mut removed = false;
     // Each round that retries follows a node leaving the queue ahead of us
     // (or a lost connection): bounded by what was ahead.
     let mut listing: Option<Vec<String>> = None;
     for _round in 0..=ahead.len() {
         let listed;
-        let ahead = match &listing {
+        let ahead: &[Contender<'_>] = match &listing {
             Some(children) => {
                 listed = ahead_of(children, me);
                 &listed
             }
-            None => &ahead,
+            None => ahead,
         };
         // A victim that is now first in line holds, or is about to.
         pending.retain(|victim| ahead.iter().skip(1).any(|c| c.name == victim));
@@ -154,26 +213,62 @@ fn ahead_of<'a>(children: &'a [String], me: &str) -> Vec<Contender<'a>> {
     ahead
 }
 
-/// Whether node data says its run was started with --supersede.
-fn supersedes(data: &[u8]) -> bool {
-    HolderData::parse(data).is_some_and(|d| d.supersede == Some(true))
+/// A `--supersede` run read from its node.
+struct Run {
+    /// Its node's name in the queue.
+    name: String,
+    age: i64,
+    seen: Seen,
 }
 
-/// Why our node `me` in `dir` vanished while we waited: with --supersede,
-/// if a newer --supersede run queued behind us, it removed us (the nearest
-/// such run names it); otherwise the session or the node was lost and the
-/// caller queues again. `children` is a listing made after the node went,
-/// if we have one.
-pub async fn lost(
-    request: &Request<'_>,
-    dir: &str,
-    me: &str,
-    children: Option<&[String]>,
-) -> Acquired {
-    if !request.supersede {
-        return Acquired::Lost;
-    }
-    let client = request.client;
+/// The `--supersede` runs among the nodes `names` in `dir`, and the node
+/// that records the newest run (None if it could not be read), read in one
+/// burst. A node that could not be read counts as no such run.
+async fn survey(client: &zk::Client, dir: &str, names: &[&str]) -> (Vec<Run>, Option<Trace>) {
+    let reads: Vec<_> = (names.iter())
+        .map(|name| client.get_data(&recipe::child(dir, name)))
+        .collect();
+    let (answers, trace) =
+        tokio::join!(futures::future::join_all(reads), newest::read(client, dir));
+    let runs = (names.iter().zip(answers))
+        .filter_map(|(name, answer)| {
+            let (data, stat) = answer.ok()?;
+            let age = HolderData::parse(&data)?.supersede_age(stat.czxid)?;
+            Some(Run {
+                name: (*name).to_owned(),
+                age,
+                seen: Seen::from((data, stat)),
+            })
+        })
+        .collect();
+    (runs, trace)
+}
+
+/// The newest of `runs` and the run `trace` records, if newer than `age`,
+/// for people (a queued node rather than the record of the same run).
+fn newer_than(runs: &[Run], trace: Option<&Trace>, age: i64) -> Option<String> {
+    let recorded = trace.and_then(Trace::run);
+    let queued = runs.iter().map(|run| (run.age, true, &run.seen));
+    let (_, _, seen) = queued
+        .chain(recorded.iter().map(|(age, seen)| (*age, false, seen)))
+        .filter(|(theirs, _, _)| *theirs > age)
+        .max_by_key(|(theirs, queued, _)| (*theirs, *queued))?;
+    Some(holder::describe(seen).unwrap_or_else(|| SOMEONE.to_owned()))
+}
+
+/// A newer run whose node data names nobody.
+const SOMEONE: &str = "a newer --supersede run";
+
+/// Our node vanished while we waited. Whichever way it went (a newer run
+/// removed it, an operator deleted it, its session ended), if a run newer
+/// than ours is queued or recorded, ours is stale: who that is, the newest.
+/// Otherwise None: the caller queues again (and checks again as it
+/// queues). `children` is a listing made after the node went, if we have
+/// one.
+pub async fn lost(ours: &Ours<'_>, children: Option<&[String]>) -> Option<String> {
+    let Ours {
+        client, dir, me, ..
+    } = *ours;
     let listed;
     let children = match children {
         Some(children) => children,
@@ -182,33 +277,17 @@ pub async fn lost(
                 listed = children;
                 &listed
             }
-            Err(_) => return Acquired::Lost,
+            Err(_) => return None,
         },
     };
-    let Some(mine) = recipe::parse_contender(me) else {
-        return Acquired::Lost;
-    };
-    let mut newer: Vec<Contender<'_>> = (children.iter())
+    let writers: Vec<&str> = (children.iter())
         .filter_map(|c| recipe::parse_contender(c))
-        .filter(|c| c.class == Class::Writer)
-        .filter(|c| recipe::seq_order(c.seq, mine.seq) == Ordering::Greater)
+        .filter(|c| c.class == Class::Writer && c.name != me)
+        .map(|c| c.name)
         .collect();
-    newer.sort_by(|a, b| recipe::seq_order(a.seq, b.seq));
-    let reads: Vec<_> = (newer.iter())
-        .map(|c| client.get_data(&recipe::child(dir, c.name)))
-        .collect();
-    // A lost session fails these reads: then it is not a supersede.
-    let answers = futures::future::join_all(reads).await;
-    let Some(seen) = answers
-        .into_iter()
-        .flatten()
-        .find(|(data, _)| supersedes(data))
-        .map(Seen::from)
-    else {
-        return Acquired::Lost;
-    };
-    let by = holder::describe(&seen).unwrap_or_else(|| "a newer --supersede run".to_owned());
-    Acquired::Superseded(by)
+    // A lost session fails these reads: then nothing is known here.
+    let (runs, trace) = survey(client, dir, &writers).await;
+    newer_than(&runs, trace.as_ref(), ours.age)
 }
 
 #[cfg(test)]
@@ -259,13 +338,61 @@ mod tests {
     }
 
     #[test]
-    fn only_supersede_data_marks_a_victim() {
+    fn only_supersede_data_has_an_age() {
+        let age = |data: &[u8]| HolderData::parse(data).and_then(|d| d.supersede_age(9));
         let mut data = HolderData::ours(&["./deploy.sh".into()], None);
-        assert!(!supersedes(&data.to_bytes()));
+        assert_eq!(age(&data.to_bytes()), None);
         data.supersede = Some(true);
-        assert!(supersedes(&data.to_bytes()));
-        assert!(supersedes(&data.acquired(7).to_bytes()));
-        assert!(!supersedes(br#"{"supersede":true}"#));
-        assert!(!supersedes(b"10.0.0.7"));
+        // Its first node: created in transaction 9.
+        assert_eq!(age(&data.to_bytes()), Some(9));
+        assert_eq!(age(&data.acquired(7).to_bytes()), Some(9));
+        // Queued again: its first node's czxid.
+        data.first_czxid = Some(4);
+        assert_eq!(age(&data.to_bytes()), Some(4));
+        assert_eq!(age(&data.acquired(7).to_bytes()), Some(4));
+        assert_eq!(age(br#"{"supersede":true}"#), None);
+        assert_eq!(age(b"10.0.0.7"), None);
+    }
+
+    fn run(label: &str, age: i64) -> Run {
+        let data = HolderData {
+            label: Some(label.into()),
+            supersede: Some(true),
+            ..HolderData::ours(&[], None)
+        };
+        Run {
+            name: format!("_c_{label}-lock-0000000001"),
+            age,
+            seen: Seen {
+                data: data.to_bytes(),
+                ctime: 0,
+                mtime: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn the_newest_by_age_is_named_never_an_older_one() {
+        let runs = [run("a", 3), run("b", 8), run("c", 5)];
+        let named = |runs: &[Run], trace: Option<&Trace>, age| {
+            newer_than(runs, trace, age).map(|by| by.rsplit(": ").next().unwrap().to_owned())
+        };
+        assert_eq!(named(&runs, None, 8), None);
+        assert_eq!(named(&runs, None, 9), None);
+        assert_eq!(named(&runs, None, 4).as_deref(), Some("b"));
+        assert_eq!(named(&[], None, 0), None);
+        let recorded = |label: &str, age| {
+            let stat = crate::lock::directory::tests::node("x", 1, 0, "").stat;
+            let mut data = HolderData::parse(&run(label, age).seen.data).unwrap();
+            data.first_czxid = Some(age);
+            Trace::from_read(Ok((data.to_bytes(), stat)))
+        };
+        let trace = recorded("t", 10);
+        assert_eq!(named(&runs, trace.as_ref(), 4).as_deref(), Some("t"));
+        assert_eq!(named(&runs, trace.as_ref(), 10), None);
+        // The same run queued and recorded: its node is named.
+        let trace = recorded("t", 8);
+        assert_eq!(named(&runs, trace.as_ref(), 4).as_deref(), Some("b"));
+        assert_eq!(named(&[], trace.as_ref(), 4).as_deref(), Some("t"));
     }
 }

@@ -49,8 +49,9 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         let mut observer = WaitReport::new(report, Rc::clone(&display));
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
+        let data = plan.holder().to_bytes();
         let result = tokio::select! {
-            result = take_in_order(plan, session.client(), &mut owned, &mut watches, &mut observer) => result,
+            result = take_in_order(plan, session.client(), &data, &mut owned, &mut watches, &mut observer) => result,
             // At the deadline, give up as when not waiting.
             () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
             signal = abort_signal(signals) => {
@@ -61,6 +62,11 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
             () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
             () = display.tick() => unreachable!("never resolves"),
         };
+        // A --supersede run's age, when it queues again: its first node's
+        // (docs/design.md, "Superseding waiters").
+        if plan.args.supersede && plan.first_queued.get().is_none() {
+            plan.first_queued.set(owned.first().map(|node| node.czxid));
+        }
         match result {
             Ok(Acquired::Held(..)) => {
                 display.clear(); // before the command's output
@@ -174,6 +180,7 @@ pub(super) async fn connect(
 async fn take_in_order(
     plan: &Plan<'_>,
     client: &zookeeper_client::Client,
+    data: &[u8],
     owned: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
     observer: &mut WaitReport,
@@ -185,10 +192,11 @@ async fn take_in_order(
             client,
             dir,
             kind: plan.kind,
-            data: &plan.data,
+            data,
             wait: plan.wait,
             max_waiting: plan.args.max_waiting,
             supersede: plan.args.supersede,
+            first_queued: plan.first_queued.get(),
             acls: &plan.acls,
         };
         last = crate::lock::acquire(&request, owned, observer).await?;

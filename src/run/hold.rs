@@ -66,7 +66,7 @@ pub(super) async fn run_command(
     // command ends would hold up the delete the next waiter waits for. A
     // watch set while waiting fires on it; a node without one is first
     // watched after it (`lease::WatchFrom`).
-    let acquired = plan.own.acquired(child.pid()).to_bytes();
+    let acquired = plan.holder().acquired(child.pid()).to_bytes();
     let (written, unwatched_from) = tokio::sync::watch::channel(false);
     let lease = lease::lost(
         session.client(),

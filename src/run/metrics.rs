@@ -14,6 +14,15 @@ use tokio::time::Instant;
 use crate::exit::{Exit, Failure};
 use crate::report;
 
+/// Why a run that held the lock did not run the command (`--once-per`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// The job ran successfully within the window.
+    Recent,
+    /// The last run failed, within `--retry-after`.
+    Failed,
+}
+
 /// What the lifecycle learned, for the report; shared with the parts that
 /// learn it.
 #[derive(Debug)]
@@ -25,7 +34,7 @@ pub struct Facts {
     /// `--once-per` record (including this run once it is recorded), never
     /// after the server's time (`record::reported_success`).
     last_success_ms: Cell<Option<i64>>,
-    skipped: Cell<bool>,
+    skipped: Cell<Option<Skip>>,
     ran: Cell<bool>,
     /// Failed `--ping`s, when it is given.
     ping_failures: Cell<Option<u32>>,
@@ -37,7 +46,7 @@ impl Facts {
             started: Instant::now(),
             acquired: Cell::new(None),
             last_success_ms: Cell::new(None),
-            skipped: Cell::new(false),
+            skipped: Cell::new(None),
             ran: Cell::new(false),
             ping_failures: Cell::new(None),
         }
@@ -52,8 +61,13 @@ impl Facts {
         self.last_success_ms.set(server_ms);
     }
 
-    pub fn skipped(&self) {
-        self.skipped.set(true);
+    pub fn skipped(&self, why: Skip) {
+        self.skipped.set(Some(why));
+    }
+
+    /// Why the command was skipped, if it was.
+    pub fn skip(&self) -> Option<Skip> {
+        self.skipped.get()
     }
 
     pub fn ran(&self) {
@@ -89,7 +103,7 @@ fn outcome(result: &Result<Exit>, facts: &Facts) -> (&'static str, u8) {
     let outcome = match exit {
         Exit::LockLost => "lost",
         Exit::TimedOut => "timed-out",
-        Exit::Conflict(_) if facts.skipped.get() => "skipped",
+        Exit::Conflict(_) if facts.skipped.get().is_some() => "skipped",
         Exit::Command(_) => "ran",
         // A signal while waiting, or one that killed the command.
         Exit::Signal(_) if facts.ran.get() => "ran",
@@ -347,5 +361,29 @@ mod tests {
                 .count(),
             6
         );
+    }
+
+    #[test]
+    fn the_man_page_describes_every_metric_and_outcome() {
+        let all_known = render(
+            "/x",
+            "ran",
+            0,
+            Duration::ZERO,
+            Duration::ZERO,
+            Some(1),
+            Some(1.0),
+            Some(0),
+        );
+        let page = crate::cli::reference::METRICS;
+        for line in all_known.lines() {
+            if let Some(name) = line.strip_prefix("# TYPE ") {
+                let name = name.split(' ').next().unwrap_or_default();
+                assert!(page.contains(&format!("\n  {name}")), "{name} missing");
+            }
+        }
+        for outcome in OUTCOMES {
+            assert!(page.contains(outcome), "outcome {outcome} missing");
+        }
     }
 }

@@ -57,7 +57,7 @@ pub fn run(args: RunArgs) -> Result<Exit> {
     // session::diagnose): its answer no longer matters.
     runtime.shutdown_background();
     // After the lock is released: a slow check delays only zklock's exit.
-    facts.ping_failures(ping::finish(&result, facts.has_run()));
+    facts.ping_failures(ping::finish(&result, facts.has_run(), facts.skip()));
     if let Some(metrics) = metrics {
         if let Err(err) = metrics.write(&result, &facts) {
             Report(verbosity).error(format_args!(

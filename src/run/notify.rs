@@ -2,9 +2,13 @@
 //! `Type=notify` service (docs/design.md, "Environment"): STATUS while it
 //! connects and waits, READY=1 once it holds the lock and has started the
 //! command, STOPPING=1 when it begins to stop, WATCHDOG=1 while it holds.
-//! Without `NOTIFY_SOCKET` nothing is sent or formatted.
+//! Without `NOTIFY_SOCKET` naming a socket nothing is sent or formatted.
 
 use std::convert::Infallible;
+use std::ffi::OsStr;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,11 +21,24 @@ use sd_notify::NotifyState;
 pub const WITHHELD: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// Read once: the environment does not change while zklock runs.
-static ENABLED: LazyLock<bool> = LazyLock::new(|| std::env::var_os("NOTIFY_SOCKET").is_some());
+static SOCKET: LazyLock<Option<SocketAddr>> =
+    LazyLock::new(|| address(&std::env::var_os("NOTIFY_SOCKET")?));
 
 /// Whether a service manager listens.
 pub fn enabled() -> bool {
-    *ENABLED
+    SOCKET.is_some()
+}
+
+/// The socket `NOTIFY_SOCKET` names, as sd_notify(3) reads it: a path, or
+/// `@NAME` in the abstract namespace (systemd's own form for some units
+/// and containers, which the sd-notify crate does not take).
+fn address(variable: &OsStr) -> Option<SocketAddr> {
+    match variable.as_bytes() {
+        [b'/', ..] => SocketAddr::from_pathname(variable).ok(),
+        [b'@', name @ ..] if !name.is_empty() => SocketAddr::from_abstract_name(name).ok(),
+        // `vsock:` (a VM's host) and anything else: no one we can tell.
+        _ => None,
+    }
 }
 
 /// `STATUS=` the text `status` makes, only made when someone listens.
@@ -62,8 +79,36 @@ pub async fn watchdog() -> Infallible {
     }
 }
 
-/// A lost message changes nothing zklock does: systemd's own timeouts
-/// decide then.
+/// One datagram, a line per state. A lost message changes nothing zklock
+/// does: systemd's own timeouts decide then.
 fn send(states: &[NotifyState<'_>]) {
-    let _ = sd_notify::notify(states);
+    let Some(socket) = &*SOCKET else {
+        return;
+    };
+    let message: String = states.iter().map(|state| format!("{state}\n")).collect();
+    if let Ok(sender) = UnixDatagram::unbound() {
+        let _ = sender.send_to_addr(message.as_bytes(), socket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_socket_forms() {
+        let abstract_name = address(OsStr::new("@/org/freedesktop/systemd1/notify")).unwrap();
+        assert_eq!(
+            abstract_name.as_abstract_name(),
+            Some(&b"/org/freedesktop/systemd1/notify"[..])
+        );
+        let path = address(OsStr::new("/run/systemd/notify")).unwrap();
+        assert_eq!(
+            path.as_pathname(),
+            Some(std::path::Path::new("/run/systemd/notify"))
+        );
+        for unsupported in ["", "@", "vsock:2:1234", "run/notify"] {
+            assert!(address(OsStr::new(unsupported)).is_none(), "{unsupported}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use anyhow::Result;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::metrics::Facts;
+use super::metrics::{Facts, Skip};
 use super::plan::Plan;
 use crate::exit::{Exit, Step};
 use crate::lock::holder::{escape_controls, on_host};
@@ -49,28 +49,34 @@ pub async fn check(
         stamped.now_ms,
         window_ms,
     ));
-    let skip = |why: std::fmt::Arguments<'_>| {
-        facts.skipped();
+    let skip = |reason: Skip, why: std::fmt::Arguments<'_>| {
+        facts.skipped(reason);
         plan.report.note(format_args!("not running: {lock} {why}"));
         Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)))
     };
     match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {
-        Verdict::Skip { last, ago_ms } => skip(format_args!(
-            "last ran successfully {}, {}; --once-per {window}",
-            when(ago_ms),
-            who(&last),
-        )),
-        Verdict::Retry { failed, ago_ms } => skip(format_args!(
-            "last ran {}, {}, and failed (exit status {}); --retry-after {retry}: \
-             next try at the first firing after {}",
-            when(ago_ms),
-            who(&failed),
-            failed.exit_status,
-            rfc3339(
-                server_time(failed.start_ms.saturating_add(retry_ms)),
-                Millis
+        Verdict::Skip { last, ago_ms } => skip(
+            Skip::Recent,
+            format_args!(
+                "last ran successfully {}, {}; --once-per {window}",
+                when(ago_ms),
+                who(&last),
             ),
-        )),
+        ),
+        Verdict::Retry { failed, ago_ms } => skip(
+            Skip::Failed,
+            format_args!(
+                "last ran {}, {}, and failed (exit status {}); --retry-after {retry}: \
+             next try at the first firing after {}",
+                when(ago_ms),
+                who(&failed),
+                failed.exit_status,
+                rfc3339(
+                    server_time(failed.start_ms.saturating_add(retry_ms)),
+                    Millis
+                ),
+            ),
+        ),
         verdict => {
             if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
                 plan.report.note(format_args!(

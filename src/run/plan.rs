@@ -1,6 +1,7 @@
 //! Everything `zklock run` decides from its command line before it talks
 //! to ZooKeeper, and the lease rule for the session it is granted.
 
+use std::cell::Cell;
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -28,10 +29,11 @@ pub(super) struct Plan<'a> {
     /// The ACL of every node we create.
     pub(super) acls: Vec<zookeeper_client::Acl>,
     pub(super) wait: bool,
-    /// What our nodes say about us (holder.rs), and the data they are
-    /// created with.
+    /// What our nodes say about us (holder.rs), less what a wait learns.
     pub(super) own: HolderData,
-    pub(super) data: Vec<u8>,
+    /// With `--supersede`, once a node was created: the czxid of the first,
+    /// which every node created after it carries (holder.rs).
+    pub(super) first_queued: Cell<Option<i64>>,
     pub(super) report: Report,
 }
 
@@ -47,8 +49,8 @@ impl<'a> Plan<'a> {
         own.supersede = args.supersede.then_some(true);
         let plan = Plan {
             args,
-            data: own.to_bytes(),
             own,
+            first_queued: Cell::new(None),
             argv,
             order: acquisition_order(&paths),
             paths,
@@ -67,6 +69,14 @@ impl<'a> Plan<'a> {
         refuse_once_per(&plan)?;
         refuse_supersede(&plan)?;
         Ok(plan)
+    }
+
+    /// What our nodes say about us now (holder.rs).
+    pub(super) fn holder(&self) -> HolderData {
+        HolderData {
+            first_czxid: self.first_queued.get(),
+            ..self.own.clone()
+        }
     }
 
     /// The lease rule for a (requested or granted) session timeout, with

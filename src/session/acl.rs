@@ -72,6 +72,19 @@ pub fn parse(text: &str) -> Result<zk::Acl, String> {
     Ok(entry(scheme, id, perms))
 }
 
+/// The id of a session that sent `addauth digest user:password`, as the
+/// server makes it (ZooKeeper's `DigestAuthenticationProvider`) and compares
+/// it with a `digest` ACL entry: `user:base64(sha1(user:password))`.
+pub fn digest_id(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let sha1 = aws_lc_rs::digest::digest(
+        &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        format!("{user}:{password}").as_bytes(),
+    );
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha1.as_ref());
+    format!("{user}:{hash}")
+}
+
 fn entry(scheme: &str, id: &str, perms: Permission) -> zk::Acl {
     zk::Acl::new(perms, zk::AuthId::new(scheme, id))
 }
@@ -304,5 +317,40 @@ mod tests {
         }
         assert!(AclPolicy::default_for(true).check(&sasl).is_ok());
         assert!(AclPolicy::default_for(false).check(&anon).is_ok());
+    }
+
+    #[test]
+    fn digest_ids_are_computed_as_the_server_does() {
+        // The example of ZooKeeper's administrator guide (super:test), and
+        // `echo -n alice:pw | openssl dgst -binary -sha1 | base64`.
+        assert_eq!(
+            digest_id("super", "test"),
+            "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+        );
+        assert_eq!(
+            digest_id("alice", "pw"),
+            "alice:V55/p2T0OpjQ+low3NVAH4aLvm0="
+        );
+    }
+
+    /// Several digest users, each with all permissions, share one ACL
+    /// (docs/security.md): each of them may queue under it.
+    #[test]
+    fn check_matches_digest_entries_by_user_and_hash() {
+        let (alice, bob) = (digest_id("alice", "a-pw"), digest_id("bob", "b-pw"));
+        let acl = [
+            format!("digest:{alice}:cdrwa"),
+            format!("digest:{bob}:cdrwa"),
+            "world:anyone:r".to_owned(),
+        ];
+        let policy = AclPolicy::parse_all(&acl).unwrap();
+        for id in [&alice, &bob] {
+            let identities = ids(&[("ip", "127.0.0.1"), ("digest", id)]);
+            assert!(policy.check(&identities).is_ok(), "{id}");
+        }
+        // A wrong password is another id: refused.
+        let wrong = ids(&[("digest", &digest_id("alice", "not-a-pw"))]);
+        let err = policy.check(&wrong).unwrap_err();
+        assert!(err.contains("denies WRITE, CREATE, DELETE"), "{err}");
     }
 }

@@ -211,8 +211,10 @@ impl Session {
 
     /// Refuses (usage error) an ACL under which contenders of our identity
     /// could not queue. The identities are the server's own view (whoami,
-    /// ZooKeeper 3.7+): an x509 subject or a digest hash is spelled exactly
-    /// as the server compares it. Servers without whoami skip the check.
+    /// ZooKeeper 3.7+): an x509 subject is spelled exactly as the server
+    /// compares it. A digest identity is reported by its user alone, but
+    /// compared as `user:hash`: ours is computed as the server does. Servers
+    /// without whoami skip the check.
     pub async fn check_acl(&self, settings: &Settings) -> Result<()> {
         if !settings.acl.explicit {
             return Ok(());
@@ -224,7 +226,15 @@ impl Session {
         };
         let identities: Vec<(String, String)> = users
             .iter()
-            .map(|u| (u.scheme().to_owned(), u.user().to_owned()))
+            .map(|u| {
+                let id = match &settings.digest {
+                    Some((user, password)) if u.scheme() == "digest" && u.user() == user => {
+                        acl::digest_id(user, password.expose())
+                    }
+                    _ => u.user().to_owned(),
+                };
+                (u.scheme().to_owned(), id)
+            })
             .collect();
         settings.acl.check(&identities).map_err(Failure::usage)
     }

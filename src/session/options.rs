@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use clap::Args;
+use clap::builder::BoolishValueParser;
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _};
 
@@ -116,9 +117,21 @@ pub struct Options {
 
     /// Authenticate with Kerberos (SASL GSSAPI) from the ticket cache
     /// (`kinit`, `k5start`). Needs a zklock built with `--features kerberos`.
-    #[arg(long, env = "ZKLOCK_KERBEROS", hide_env_values = true)]
+    /// `--kerberos=false` (or ZKLOCK_KERBEROS=0) turns off the config
+    /// file's `kerberos = true`.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        env = "ZKLOCK_KERBEROS",
+        hide_env_values = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+        hide_possible_values = true
+    )]
     #[serde(default)]
-    pub kerberos: bool,
+    pub kerberos: Option<bool>,
 
     /// The service part of the servers' Kerberos principal
     /// (SERVICE/host@REALM). [default: zookeeper]
@@ -245,7 +258,7 @@ impl Options {
             digest_user: named(self.digest_user, file.digest_user),
             password_file,
             password,
-            kerberos: self.kerberos || file.kerberos,
+            kerberos: self.kerberos.or(file.kerberos),
             kerberos_service: named(self.kerberos_service, file.kerberos_service),
             kerberos_host: named(self.kerberos_host, file.kerberos_host),
             acl: Some(self.acl)

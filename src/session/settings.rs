@@ -78,7 +78,8 @@ impl Settings {
         let tls = Tls::read(options.tls_ca, options.tls_cert, options.tls_key)?;
 
         let (sasl_user, digest_user) = (options.sasl_user, options.digest_user);
-        if sasl_user.is_some() && options.kerberos {
+        let kerberos = options.kerberos == Some(true);
+        if sasl_user.is_some() && kerberos {
             return Err(
                 "--sasl-user (DIGEST-MD5) and --kerberos are two SASL mechanisms; give one".into(),
             );
@@ -104,7 +105,7 @@ impl Settings {
                 password: password().map_err(|e| format!("SASL DIGEST-MD5 as {user}: {e}"))?,
                 user,
             })
-        } else if options.kerberos {
+        } else if kerberos {
             if !cfg!(feature = "kerberos") {
                 return Err("this zklock was built without Kerberos; rebuild it with \
                             `cargo build --release --features kerberos`"

@@ -30,9 +30,10 @@ const PROVIDERS: &[Provider] = &[
             ("GITHUB_SERVER_URL", "https://github.com"),
             ("GITHUB_REPOSITORY", "octo/deploy"),
             ("GITHUB_RUN_ID", "9876543210"),
+            ("GITHUB_RUN_ATTEMPT", "3"),
         ],
         name: "github-actions",
-        url: "https://github.com/octo/deploy/actions/runs/9876543210",
+        url: "https://github.com/octo/deploy/actions/runs/9876543210/attempts/3",
     },
     Provider {
         vars: &[

@@ -309,3 +309,69 @@ fn zklock_excludes_crate_curator_lock() {
     locker.run(async move { drop(lock) });
     wait_no_lock_nodes(&zk, &path, LONG);
 }
+
+/// `_c_<uuid>-<name><seq>`, Curator's protected node name: a 36-character
+/// uuid, then a hyphen before the recipe's name.
+fn assert_curator_name(node: &str, name: &str) {
+    let child = node.rsplit('/').next().unwrap();
+    let rest = child
+        .strip_prefix("_c_")
+        .unwrap_or_else(|| panic!("{child}"));
+    let (uuid, rest) = rest.split_at(36);
+    assert!(
+        uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-'),
+        "{child}"
+    );
+    let seq = rest
+        .strip_prefix(&format!("-{name}"))
+        .unwrap_or_else(|| panic!("{child} is not Curator's `_c_<uuid>-{name}<seq>`"));
+    assert!(
+        seq.len() == 10 && seq.chars().all(|c| c.is_ascii_digit()),
+        "{child}"
+    );
+}
+
+#[test]
+fn read_and_write_nodes_are_named_as_curator_names_them() {
+    let connect = shared_server().connect_string();
+    let log = LockLog::new();
+    for (args, name) in [(&["-s"][..], "__READ__"), (&["--write"], "__WRIT__")] {
+        let path = unique_path("curator-names");
+        let mut z = Holder::start(zklock_run(&connect, &path).args(args), &log);
+        assert_curator_name(&z.node(), name);
+        z.finish();
+    }
+}
+
+/// Nodes of earlier zklock builds (`_c_<uuid>__READ__<seq>`, no hyphen) are
+/// still contenders: their writer excludes a reader, their reader a writer.
+#[test]
+fn older_read_and_write_node_names_still_count() {
+    let connect = shared_server().connect_string();
+    let zk = Inspector::connect(&connect);
+    let log = LockLog::new();
+    let path = unique_path("older-names");
+    zk.create_all(&path);
+    let uuid = "0b5f5d1e-0000-4000-8000-000000000001";
+    let (writer, _) = zk.create_ephemeral_sequential(&format!("{path}/_c_{uuid}__WRIT__"), b"");
+    assert_code(
+        &run_no_wait(&path, &["-s"], &log),
+        75,
+        "zklock -s beside an older writer node",
+    );
+    assert!(zk.delete(&writer));
+    let (reader, _) = zk.create_ephemeral_sequential(&format!("{path}/_c_{uuid}__READ__"), b"");
+    assert_code(
+        &run_no_wait(&path, &["--write"], &log),
+        75,
+        "zklock --write beside an older reader node",
+    );
+    assert_code(
+        &run_no_wait(&path, &["-s"], &log),
+        0,
+        "zklock -s beside an older reader node",
+    );
+    assert_eq!(log.starts(), 1, "{}", log.contents());
+    assert!(zk.delete(&reader));
+    assert_no_lock_nodes(&zk, &path);
+}

@@ -6,6 +6,7 @@
 
 mod ci_job;
 mod closed_stderr;
+mod completion;
 mod conflict;
 mod connect;
 mod cron;
@@ -38,6 +39,7 @@ mod semaphore;
 mod shared;
 mod signals;
 mod supersede;
+mod supersede_stale;
 mod systemd;
 mod terminal;
 mod usage;

@@ -208,20 +208,25 @@ fn paths_and_hosts_zookeeper_refuses_are_usage_errors() {
             "{name:?}"
         );
     }
-    // A missing chroot: 64, naming it.
+    // A missing chroot: 64, naming it, for a lock and a semaphore, at the
+    // top of the chroot and below.
     let chroot = format!("{base}/missing-chroot");
-    let out = run(
-        &[
-            "-z".into(),
-            format!("{connect}{chroot}"),
-            "/l".into(),
-            "--".into(),
-            "true".into(),
-        ],
-        &[],
-    );
-    out.assert_code(64);
-    assert!(out.one_error_line().contains(&chroot), "{}", out.stderr);
+    for (lock, kind) in [
+        ("/l", &[][..]),
+        ("/l", &["--limit", "2"]),
+        ("/a/l", &["--limit", "2"]),
+    ] {
+        let mut args = vec!["-z".into(), format!("{connect}{chroot}"), lock.into()];
+        args.extend(kind.iter().map(|arg| arg.to_string()));
+        args.extend(["--".into(), "true".into()]);
+        let out = run(&args, &[]);
+        out.assert_code(64);
+        assert!(
+            out.one_error_line().contains(&chroot),
+            "{kind:?} {lock}: {}",
+            out.stderr
+        );
+    }
     // /zookeeper as a chroot, like /zookeeper as a path.
     for hosts in [
         format!("{connect}/zookeeper"),

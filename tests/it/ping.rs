@@ -2,7 +2,7 @@
 //! HTTP server on loopback that the test starts.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,30 +46,18 @@ impl PingServer {
     }
 
     fn serve(status: u16, tls: Option<Arc<rustls::ServerConfig>>) -> PingServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let url = format!(
-            "{scheme}://{}/ping/secret-uuid",
-            listener.local_addr().unwrap()
-        );
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&requests);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let _ = stream.set_read_timeout(Some(LONG));
-                let _ = stream.set_write_timeout(Some(LONG));
-                match &tls {
-                    Some(config) => {
-                        let Ok(conn) = rustls::ServerConnection::new(Arc::clone(config)) else {
-                            continue;
-                        };
-                        answer(rustls::StreamOwned::new(conn, stream), status, &seen);
-                    }
-                    None => answer(stream, status, &seen),
+        let address = listen(move |stream| match &tls {
+            Some(config) => {
+                if let Ok(conn) = rustls::ServerConnection::new(Arc::clone(config)) {
+                    answer(rustls::StreamOwned::new(conn, stream), status, &seen);
                 }
             }
+            None => answer(stream, status, &seen),
         });
+        let url = format!("{scheme}://{address}/ping/secret-uuid");
         PingServer { url, requests }
     }
 
@@ -78,21 +66,48 @@ impl PingServer {
     }
 }
 
-/// Reads one request, records its first line, answers `status`.
-fn answer(stream: impl Read + Write, status: u16, seen: &Mutex<Vec<String>>) {
-    let mut reader = BufReader::new(stream);
+/// Serves each connection to a new listener on 127.0.0.1 with `serve`, in
+/// turn, on a thread; returns the listener's address.
+fn listen(serve: impl Fn(TcpStream) + Send + 'static) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(LONG));
+            let _ = stream.set_write_timeout(Some(LONG));
+            serve(stream);
+        }
+    });
+    address
+}
+
+/// Reads a request's head: its first line and its header lines, without
+/// line endings. None when the client sent nothing (e.g. a TLS handshake it
+/// refused).
+fn read_head(reader: &mut impl BufRead) -> Option<(String, Vec<String>)> {
     let mut first = String::new();
     if reader.read_line(&mut first).unwrap_or(0) == 0 {
-        return; // e.g. a TLS handshake the client refused
+        return None;
     }
+    let mut headers = Vec::new();
     loop {
         let mut line = String::new();
         match reader.read_line(&mut line) {
-            Ok(n) if n > 0 && line != "\r\n" => continue,
+            Ok(n) if n > 0 && line != "\r\n" => headers.push(line.trim_end().to_owned()),
             _ => break,
         }
     }
-    seen.lock().unwrap().push(first.trim_end().to_owned());
+    Some((first.trim_end().to_owned(), headers))
+}
+
+/// Reads one request, records its first line, answers `status`.
+fn answer(stream: impl Read + Write, status: u16, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(stream);
+    let Some((first, _)) = read_head(&mut reader) else {
+        return;
+    };
+    seen.lock().unwrap().push(first);
     let stream = reader.get_mut();
     let _ = write!(
         stream,
@@ -302,10 +317,176 @@ fn a_hanging_server_delays_neither_the_command_nor_the_status() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    assert_eq!(
-        stderr.lines().filter(|l| l.contains("ping to")).count(),
-        2,
-        "{stderr}"
-    );
+    let failed: Vec<&str> = stderr.lines().filter(|l| l.contains("ping to")).collect();
+    assert_eq!(failed.len(), 2, "{stderr}");
+    // What took too long, and after how long.
+    for line in failed {
+        assert!(line.ends_with("failed: no answer within 10s"), "{line}");
+    }
     assert!(!stderr.contains("secret-uuid"), "{stderr}");
+}
+
+/// healthchecks.io's auto-provisioning form, `.../KEY/slug?create=1`: the
+/// suffix goes on the path, before the query; a fragment is never sent.
+#[test]
+fn the_suffix_goes_on_the_path_before_the_query() {
+    let server = PingServer::start(200);
+    let url = format!("{}?create=1#note", server.url);
+    ping_run(&unique_path("ping-query"), &url, &[], "exit 2").assert_code(2);
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start?create=1 HTTP/1.1",
+            "GET /ping/secret-uuid/2?create=1 HTTP/1.1"
+        ]
+    );
+}
+
+/// `--ping-skipped` after a failure: the hosts that skip within
+/// `--retry-after` send nothing, so the check stays failed; a skip after a
+/// success is a heartbeat, as before.
+#[test]
+fn hosts_that_skip_after_a_failure_send_nothing() {
+    let options = ["--once-per", "1h", "--retry-after", "1h", "--ping-skipped"];
+    let server = PingServer::start(200);
+    let path = unique_path("ping-retry-after");
+    ping_run(&path, &server.url, &options, "exit 2").assert_code(2);
+    for _ in 0..2 {
+        let out = ping_run(&path, &server.url, &options, "exit 0");
+        out.assert_code(75);
+        assert!(
+            out.stderr.contains("and failed (exit status 2)"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid/2 HTTP/1.1"
+        ]
+    );
+
+    let server = PingServer::start(200);
+    let path = unique_path("ping-recent");
+    ping_run(&path, &server.url, &options, "exit 0").assert_code(0);
+    ping_run(&path, &server.url, &options, "exit 0").assert_code(75);
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid HTTP/1.1",
+            "GET /ping/secret-uuid HTTP/1.1"
+        ]
+    );
+}
+
+/// A forward HTTP proxy on 127.0.0.1 that behaves as squid's default
+/// configuration does: a request in absolute form (`GET http://host/path`)
+/// is forwarded to its host, CONNECT is refused (403) to ports other than
+/// 443. Records the request lines it gets, each followed by its
+/// Proxy-Authorization header if it has one.
+struct ForwardProxy {
+    url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl ForwardProxy {
+    fn start() -> ForwardProxy {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        let address = listen(move |stream| forward(stream, &seen));
+        let url = format!("http://{address}");
+        ForwardProxy { url, requests }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// Serves one client of [`ForwardProxy`].
+fn forward(stream: TcpStream, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(stream);
+    let Some((first, headers)) = read_head(&mut reader) else {
+        return;
+    };
+    let credentials = (headers.into_iter()).find(|h| h.starts_with("Proxy-Authorization:"));
+    seen.lock()
+        .unwrap()
+        .extend([first.clone()].into_iter().chain(credentials));
+    let mut client = reader.into_inner();
+    let target = first
+        .strip_prefix("GET http://")
+        .and_then(|rest| rest.strip_suffix(" HTTP/1.1"))
+        .and_then(|rest| rest.split_once('/'));
+    let Some((authority, path)) = target else {
+        // CONNECT to a port other than 443, or anything else.
+        let _ = write!(
+            client,
+            "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        return;
+    };
+    let mut upstream = TcpStream::connect(authority).unwrap();
+    write!(
+        upstream,
+        "GET /{path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = upstream.read_to_end(&mut answer);
+    let _ = client.write_all(&answer);
+}
+
+/// Through an HTTP proxy (`HTTP_PROXY`), an http:// ping is a plain request
+/// in absolute form, as curl sends it, not a CONNECT tunnel.
+#[test]
+fn an_http_ping_goes_through_a_proxy_as_a_plain_request() {
+    let server = PingServer::start(200);
+    let proxy = ForwardProxy::start();
+    let mut cmd = pinging(&unique_path("ping-proxy"), &server.url);
+    cmd.env("HTTP_PROXY", &proxy.url)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .args(["--", "sh", "-c", "exit 3"]);
+    let out = run_bounded(&mut cmd, LONG);
+    out.assert_code(3);
+    assert!(!out.stderr.contains("ping to"), "{}", out.stderr);
+    assert_eq!(
+        proxy.requests(),
+        [
+            format!("GET {}/start HTTP/1.1", server.url),
+            format!("GET {}/3 HTTP/1.1", server.url)
+        ]
+    );
+    assert_eq!(
+        server.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid/3 HTTP/1.1"
+        ]
+    );
+
+    // The proxy's credentials, from its URL.
+    let proxy = ForwardProxy::start();
+    let with_user = proxy.url.replace("http://", "http://ops:p%40ss@");
+    let mut cmd = pinging(&unique_path("ping-proxy-auth"), &server.url);
+    cmd.env("HTTP_PROXY", with_user)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .args(["--", "true"]);
+    run_bounded(&mut cmd, LONG).assert_code(0);
+    // base64("ops:p@ss")
+    let credentials = "Proxy-Authorization: Basic b3BzOnBAc3M=";
+    assert_eq!(
+        proxy.requests(),
+        [
+            format!("GET {}/start HTTP/1.1", server.url),
+            credentials.to_owned(),
+            format!("GET {} HTTP/1.1", server.url),
+            credentials.to_owned(),
+        ]
+    );
 }

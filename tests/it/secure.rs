@@ -311,6 +311,41 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
     assert_no_nodes(&alice, &path);
 }
 
+/// docs/security.md ("Several identities"): one ACL naming every digest
+/// user, given to each. Two users alternate 20 times on one lock, each
+/// queueing behind the other's holder: none is refused (64), each takes the
+/// lock after the other. The hashes are openssl's
+/// (`echo -n alice:alice-secret | openssl dgst -binary -sha1 | base64`).
+#[test]
+fn secure_two_digest_users_alternate_under_one_acl() {
+    const ALICE: &str = "digest:alice:JYdjG/dL2+v79QyuS8/0gpT+rQQ=:cdrwa";
+    const BOB: &str = "digest:bob:j7ZGIvWbIQ1LANfL4BJ8Ibdfqsk=:cdrwa";
+    let connect = shared_server().connect_string();
+    let path = unique_path("digest-two-users");
+    let run_as = |i: usize| {
+        let (user, password) = [("alice", "alice-secret"), ("bob", "bob-secret")][i % 2];
+        let mut cmd = zklock_run(&connect, &path);
+        cmd.args(["--digest-user", user, "--acl", ALICE, "--acl", BOB])
+            .args(["--acl", "world:anyone:r"])
+            .env("ZKLOCK_PASSWORD", password);
+        cmd
+    };
+    let zk = Inspector::connect(&connect);
+    let mut holder = Gated::start(run_as(0));
+    for i in 1..20 {
+        let mut next = Gated::spawn(run_as(i));
+        crate::harness::wait_until(LONG, "the other user queues", || {
+            next.exited().is_some() || zk.children(&path).len() == 2
+        });
+        assert_eq!(next.exited(), None, "run {i} ended instead of queueing");
+        assert!(holder.finish().success(), "run {}", i - 1);
+        next.wait_started(LONG);
+        holder = next;
+    }
+    assert!(holder.finish().success());
+    assert!(zk.children(&path).is_empty());
+}
+
 #[test]
 fn secure_acl_that_would_shut_us_out_exits_64() {
     let mut cmd = zklock_run(&shared_server().connect_string(), &unique_path("acl-bad"));
@@ -412,6 +447,50 @@ fn secure_config_errors_exit_64() {
     let mut cmd = zklock_run("@nope", "/it/x");
     cmd.arg("--config").arg(&file);
     finish(&mut cmd).assert_code(64);
+}
+
+/// "flag > env > config" holds for `kerberos` too: the file's `true` is
+/// turned off by `--kerberos=false` or `ZKLOCK_KERBEROS=0`, and the flag
+/// beats the variable.
+#[test]
+fn secure_config_kerberos_is_turned_off_by_a_flag_or_the_environment() {
+    let scratch = TempDir::new();
+    let path = unique_path("no-kerberos");
+    let file = write_config(scratch.path(), "kerberos = true\n", 0o644);
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = zklock_run("@it", &path);
+        cmd.arg("--config").arg(&file).args(flags);
+        cmd.envs(env.iter().copied());
+        finish(&mut cmd)
+    };
+    // Kerberos on: this server speaks no SASL, and a build without the
+    // feature refuses it.
+    for (flags, env) in [
+        (&[][..], &[][..]),
+        (&["--kerberos"], &[("ZKLOCK_KERBEROS", "0")]),
+        (&["--kerberos=true"], &[]),
+    ] {
+        let out = run(flags, env);
+        assert_ne!(out.code(), 0, "{flags:?} {env:?}: {}", out.stderr);
+        #[cfg(not(feature = "kerberos"))]
+        {
+            out.assert_code(64);
+            assert!(
+                out.one_error_line().contains("built without Kerberos"),
+                "{flags:?} {env:?}: {}",
+                out.stderr
+            );
+        }
+    }
+    for (flags, env) in [
+        (&["--kerberos=false"][..], &[][..]),
+        (&[], &[("ZKLOCK_KERBEROS", "0")]),
+        (&[], &[("ZKLOCK_KERBEROS", "false")]),
+        (&["--kerberos=no"], &[("ZKLOCK_KERBEROS", "1")]),
+    ] {
+        let out = run(flags, env);
+        assert_eq!(out.code(), 0, "{flags:?} {env:?}: {}", out.stderr);
+    }
 }
 
 #[test]

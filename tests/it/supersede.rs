@@ -7,17 +7,20 @@ use std::time::Duration;
 
 use crate::harness::{
     Gated, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, TempDir, assert_no_lock_nodes,
-    assert_no_nodes, run_bounded, shared_server, unique_path, wait_for_contenders, wait_for_exit,
-    wait_until, zklock_run,
+    contenders, run_bounded, shared_server, unique_path, wait_for_contenders, wait_for_exit,
+    wait_until, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
 
+/// The node beside the lock that names the newest --supersede run.
+pub(crate) const NEWEST: &str = "zklock.supersede";
+
 /// A `zklock run` spawned in the background, its stderr kept for the end.
-struct Run(KillOnDrop);
+pub(crate) struct Run(KillOnDrop);
 
 impl Run {
-    fn spawn(mut cmd: Command) -> Run {
+    pub(crate) fn spawn(mut cmd: Command) -> Run {
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         Run(KillOnDrop(
             cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}")),
@@ -25,7 +28,7 @@ impl Run {
     }
 
     /// Waits for the exit: its code and what it printed on stderr.
-    fn exit(mut self) -> (i32, String) {
+    pub(crate) fn exit(mut self) -> (i32, String) {
         let status = wait_for_exit(&mut self.0, LONG).expect("zklock exits");
         let mut stderr = String::new();
         if let Some(mut pipe) = self.0.stderr.take() {
@@ -35,6 +38,11 @@ impl Run {
             .code()
             .unwrap_or_else(|| panic!("killed by a signal: {status}\n{stderr}"));
         (code, stderr)
+    }
+
+    /// zklock's pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.0.id() as i32
     }
 }
 
@@ -52,7 +60,7 @@ fn superseding_with(path: &str, label: &str, options: &[&str], log: &LockLog) ->
     cmd
 }
 
-fn assert_superseded(run: Run, by: &str) {
+pub(crate) fn assert_superseded(run: Run, by: &str) {
     let (code, stderr) = run.exit();
     assert_eq!(code, 75, "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
@@ -81,7 +89,7 @@ fn the_newest_waiter_replaces_the_older_ones_and_the_holder_stays() {
     let d = Run::spawn(superseding(&path, "job-D", &log));
     assert_superseded(c, "job-D");
     wait_until(LONG, "D queued and C gone", || {
-        zk.children(&path).len() == 2
+        contenders(&zk, &path, "-lock-").len() == 2
     });
 
     assert!(
@@ -92,7 +100,26 @@ fn the_newest_waiter_replaces_the_older_ones_and_the_holder_stays() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(log.starts(), 1, "only D ran:\n{}", log.contents());
     log.assert_exclusive();
-    assert_no_nodes(&zk, &path);
+    assert_no_lock_nodes(&zk, &path);
+    assert_newest(&zk, &path, "job-D");
+}
+
+/// The node beside the lock names the newest --supersede run, and nothing
+/// else is left under `path`.
+pub(crate) fn assert_newest(zk: &Inspector, path: &str, label: &str) {
+    let newest = format!("{path}/{NEWEST}");
+    assert_eq!(zk.tree(path), std::slice::from_ref(&newest));
+    let (data, _) = zk.get_data(&newest).expect("the newest run is recorded");
+    let data: serde_json::Value = serde_json::from_slice(&data).expect("JSON");
+    assert_eq!(data["label"], label, "{data}");
+    assert!(data["first_czxid"].is_i64(), "{data}");
+    // No contender: the lock is free, and the operator commands say nothing of it.
+    let connect = shared_server().connect_string();
+    for subcommand in ["status", "list"] {
+        let out = run_bounded(zklock().args([subcommand, "-z", &connect, path]), LONG);
+        out.assert_code(0);
+        assert!(!out.stdout.contains(NEWEST), "{}", out.stdout);
+    }
 }
 
 #[test]
@@ -108,7 +135,7 @@ fn quiet_hides_the_line_and_e_sets_the_code() {
     assert_eq!(b.exit(), (9, String::new()));
     assert!(holder.finish().success());
     assert_eq!(c.exit().0, 0);
-    assert_no_nodes(&zk, &path);
+    assert_newest(&zk, &path, "job-C");
 }
 
 /// Plain zklock waiters and kazoo waiters are not removed, even between
@@ -132,7 +159,9 @@ fn plain_and_kazoo_waiters_stay() {
     let c = Run::spawn(superseding(&path, "job-C", &log));
     assert_superseded(b, "job-C");
     // The holder, the plain waiter, kazoo's and C's.
-    wait_until(LONG, "C queued", || zk.children(&path).len() == 4);
+    wait_until(LONG, "C queued", || {
+        zk.children(&path).iter().filter(|c| *c != NEWEST).count() == 4
+    });
 
     assert!(holder.finish().success());
     assert_eq!(plain.exit().0, 0);

@@ -1,7 +1,8 @@
 //! `zklock run` as a `Type=notify` systemd service: a Unix datagram socket
 //! stands in for systemd's notification socket.
 
-use std::os::unix::net::UnixDatagram;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,17 @@ struct Systemd {
 
 impl Systemd {
     fn bind(dir: &TempDir) -> Systemd {
-        let socket = UnixDatagram::bind(dir.path().join("notify")).expect("bind");
+        Systemd::listen(UnixDatagram::bind(dir.path().join("notify")))
+    }
+
+    /// A socket in the abstract namespace, `NOTIFY_SOCKET=@name`.
+    fn bind_abstract(name: &str) -> Systemd {
+        let address = SocketAddr::from_abstract_name(name).expect("an abstract name");
+        Systemd::listen(UnixDatagram::bind_addr(&address))
+    }
+
+    fn listen(bound: std::io::Result<UnixDatagram>) -> Systemd {
+        let socket = bound.expect("bind");
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
@@ -181,4 +192,59 @@ fn the_watchdog_stops_when_the_lock_is_lost() {
     assert!(m[stopping..].iter().all(|m| m != "WATCHDOG=1\n"), "{m:?}");
     let stops = m.iter().filter(|m| *m == "STOPPING=1\n").count();
     assert_eq!(stops, 1, "{m:?}");
+}
+
+#[test]
+fn a_standbys_status_says_how_long_the_holder_has_held() {
+    let path = unique_path("systemd-standby");
+    let holder = Gated::start(zklock_run(&shared_server().connect_string(), &path));
+    let dir = TempDir::new();
+    let mut systemd = Systemd::bind(&dir);
+    let socket = dir.path().join("notify").to_str().unwrap().to_owned();
+    let vars = [
+        ("NOTIFY_SOCKET", socket),
+        ("ZKLOCK_HEARTBEAT_INTERVAL", "200ms".to_owned()),
+    ];
+    let mut zklock = service(&path, &dir, &vars);
+    // `... held by pid N on HOST for 1s`: said again as time goes on, not
+    // only when the queue changes.
+    let waiting = format!("STATUS=waiting for {path}: 1 ahead, held by ");
+    let held_for = |m: &str| {
+        let rest = m.strip_prefix(&waiting)?.trim_end();
+        Some(rest.rsplit_once(" for ")?.1.to_owned())
+    };
+    let first = systemd.until("STATUS held for", 1, |m| held_for(m).is_some());
+    let first = held_for(&systemd.messages[first]);
+    systemd.until("STATUS held for longer", 1, |m| {
+        held_for(m).is_some_and(|held| Some(&held) != first.as_ref())
+    });
+    assert!(!dir.path().join("started").exists());
+    holder.finish();
+    systemd.until("READY=1", 1, |m| m.starts_with("READY=1\n"));
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn an_abstract_notify_socket_is_told() {
+    let path = unique_path("systemd-abstract");
+    let dir = TempDir::new();
+    let name = format!(
+        "zklock-it-{}-{}",
+        std::process::id(),
+        path.replace('/', "-")
+    );
+    let mut systemd = Systemd::bind_abstract(&name);
+    let mut zklock = service(&path, &dir, &[("NOTIFY_SOCKET", format!("@{name}"))]);
+    let ready = systemd.until("READY=1", 1, |m| m.starts_with("READY=1\n"));
+    assert!(
+        systemd.messages[ready].contains(&format!("\nSTATUS=holding {path} since ")),
+        "{:?}",
+        systemd.messages
+    );
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    systemd.until("STOPPING=1", 1, |m| m == "STOPPING=1\n");
+    let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits");
+    assert!(status.success(), "{status}");
 }

@@ -3,7 +3,8 @@
 //! lock) and reports it by verbosity; [`WaitDisplay`] shows the wait as it
 //! goes: one self-updating status line at a terminal, or with `-v` and no
 //! terminal (CI logs) a heartbeat line every minute. Off a terminal without
-//! `-v` nothing is shown: cron mails every line.
+//! `-v` nothing is shown: cron mails every line. Under systemd the summary
+//! is also its STATUS, sent on every change and heartbeat.
 
 mod terminal;
 
@@ -177,44 +178,56 @@ impl WaitDisplay {
     }
 
     fn show(&self, queue: Queue) {
-        notify::status(|| {
-            let summary = summary(&queue, SystemTime::now());
-            format!("waiting for {}: {summary}", queue.path)
-        });
+        notify_status(&queue);
         *self.queue.borrow_mut() = Some(queue);
         self.redraw();
     }
 
     /// Keeps the display current while waiting (never resolves; reads
-    /// nothing from ZooKeeper).
+    /// nothing from ZooKeeper): the status line every second; the `-v`
+    /// heartbeat line, and systemd's STATUS (its time held grows), every
+    /// heartbeat.
     pub async fn tick(&self) {
-        let every = match self.mode {
-            Mode::Off => return std::future::pending().await,
-            Mode::Line => REDRAW,
-            Mode::Heartbeat => heartbeat_interval(),
+        let heartbeat =
+            (self.mode == Mode::Heartbeat || notify::enabled()).then(heartbeat_interval);
+        let redraw = (self.mode == Mode::Line).then_some(REDRAW);
+        let Some(every) = redraw.or(heartbeat) else {
+            return std::future::pending().await;
         };
         let mut ticks = tokio::time::interval_at(self.started + every, every);
+        let mut next_beat = heartbeat.map(|beat| self.started + beat);
         loop {
-            ticks.tick().await;
-            match self.mode {
-                Mode::Line => {
-                    self.redraw();
-                    // The spinner turns: zklock is alive.
-                    if let Some(bar) = &*self.bar.borrow() {
-                        bar.tick();
-                    }
-                }
-                _ => {
-                    if let Some(queue) = &*self.queue.borrow() {
-                        self.report.info(format_args!(
-                            "still waiting {}: {}",
-                            short(self.started.elapsed()),
-                            summary(queue, SystemTime::now())
-                        ));
-                    }
+            let now = ticks.tick().await;
+            if self.mode == Mode::Line {
+                self.redraw();
+                // The spinner turns: zklock is alive.
+                if let Some(bar) = &*self.bar.borrow() {
+                    bar.tick();
                 }
             }
+            if let (Some(due), Some(beat)) = (next_beat, heartbeat)
+                && now >= due
+            {
+                next_beat = Some(due + beat);
+                self.beat();
+            }
         }
+    }
+
+    /// The heartbeat: `still waiting` with `-v` off a terminal, and the
+    /// STATUS again.
+    fn beat(&self) {
+        let Some(queue) = &*self.queue.borrow() else {
+            return;
+        };
+        if self.mode == Mode::Heartbeat {
+            self.report.info(format_args!(
+                "still waiting {}: {}",
+                short(self.started.elapsed()),
+                summary(queue, SystemTime::now())
+            ));
+        }
+        notify_status(queue);
     }
 
     fn redraw(&self) {
@@ -251,6 +264,14 @@ impl Drop for WaitDisplay {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// `STATUS=waiting for PATH: 2 ahead, held by ...`, when systemd listens.
+fn notify_status(queue: &Queue) {
+    notify::status(|| {
+        let summary = summary(queue, SystemTime::now());
+        format!("waiting for {}: {summary}", queue.path)
+    });
 }
 
 /// The heartbeat's interval; ZKLOCK_HEARTBEAT_INTERVAL, undocumented, is

@@ -1,19 +1,25 @@
-//! SASL (opcode 102): the hook a mechanism plugs into. The session runs
-//! the exchange on every connection right after the handshake, before any
-//! other request, with a mechanism made afresh for that connection.
+//! The client side of SASL as ZooKeeper carries it: each token travels in a
+//! SASL request (opcode 102), and each answer's token is the next challenge.
+//! The mechanisms here are pure state machines, without I/O: the connection
+//! sends what they say and feeds them what the server answers.
 
-/// What a mechanism does next.
-#[derive(Debug, Clone, PartialEq, Eq)]
+pub mod digest_md5;
+#[cfg(feature = "kerberos")]
+pub mod gssapi;
+
+/// What the connection does after one [`SaslMechanism::step`].
 pub enum SaslStep {
-    /// Send this token to the server and step again with its answer.
+    /// Send this token (possibly empty) in a SASL request, and give the
+    /// token of its answer (empty for a null one) to the next `step`.
     Send(Vec<u8>),
-    /// The exchange is complete (the server's last answer verified).
+    /// Authentication has finished: send no more SASL requests.
     Done,
 }
 
-/// One SASL mechanism's client side, for one connection.
+/// One SASL mechanism on the client side of one connection. The first call
+/// is `step(None)`, for the initial response; every later call carries the
+/// token of the server's answer to the last `Send`. An error ends the
+/// exchange: a mechanism that failed, or that is done, refuses more steps.
 pub trait SaslMechanism {
-    /// The next step, given the server's last token (`None` before the
-    /// first one is sent). An error ends the connection attempt.
     fn step(&mut self, challenge: Option<&[u8]>) -> anyhow::Result<SaslStep>;
 }

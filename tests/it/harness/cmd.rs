@@ -18,6 +18,7 @@ pub const CI_VARIABLES: &[&str] = &[
     "GITHUB_SERVER_URL",
     "GITHUB_REPOSITORY",
     "GITHUB_RUN_ID",
+    "GITHUB_RUN_ATTEMPT",
     "GITLAB_CI",
     "CI_JOB_URL",
     "JENKINS_URL",

@@ -2,9 +2,12 @@
 //! (docs/design.md, "Health-check pings"). The host that runs the command
 //! sends `URL/start` as it starts it and `URL` (exit 0) or `URL/N` when it
 //! ends; hosts that do not run it send nothing, or a plain `URL` with
-//! `--ping-skipped`. A ping never changes the exit status nor delays the
-//! command or the lock: each is bounded, sent from its own thread (the
-//! start ping) or after the lock is released (the final one).
+//! `--ping-skipped` (but not after a failure: see [`finish`]). A ping never
+//! changes the exit status nor delays the command or the lock: each is
+//! bounded, sent from its own thread (the start ping) or after the lock is
+//! released (the final one).
+
+mod proxy;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -12,10 +15,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use ureq::Proxy;
+use ureq::http::Uri;
 use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 
+use super::metrics::Skip;
 use crate::exit::{Exit, Failure};
 use crate::report::Report;
+use crate::values::Seconds;
 
 /// What the command does not inherit: the URL is a credential, and a
 /// zklock run by the command would ping the same check.
@@ -48,13 +55,13 @@ pub fn configure(url: Option<&str>, skipped: bool, report: Report) -> Result<()>
     let valid = ["http://", "https://"].iter().any(|scheme| {
         url.strip_prefix(scheme)
             .is_some_and(|rest| !rest.is_empty())
-    }) && url.parse::<ureq::http::Uri>().is_ok();
+    }) && url.parse::<Uri>().is_ok();
     if !valid {
         // Not echoed: it may be a credential with a typo.
         return Err(Failure::usage("--ping needs an http:// or https:// URL"));
     }
     let _ = PINGER.set(Pinger {
-        url: url.trim_end_matches('/').to_owned(),
+        url: url.to_owned(),
         skipped,
         report,
         started: AtomicBool::new(false),
@@ -68,7 +75,7 @@ pub fn configure(url: Option<&str>, skipped: bool, report: Report) -> Result<()>
 pub fn started() {
     let Some(pinger) = PINGER.get() else { return };
     pinger.started.store(true, Ordering::Relaxed);
-    let url = format!("{}/start", pinger.url);
+    let url = with_suffix(&pinger.url, "/start");
     let (report, failures) = (pinger.report, Arc::clone(&pinger.failures));
     let thread = std::thread::Builder::new()
         .name("zklock-ping".into())
@@ -83,8 +90,14 @@ pub fn started() {
 
 /// Sends the final ping of a finished run (after the lock is released),
 /// once the start ping is done; `ran` is whether this host ran the
-/// command. Returns the failed pings, or None without `--ping`.
-pub fn finish(result: &Result<Exit>, ran: bool) -> Option<u32> {
+/// command, `skip` why it did not though it held the lock. Returns the
+/// failed pings, or None without `--ping`.
+///
+/// A host that skips because the last run failed (within `--retry-after`)
+/// sends nothing, even with `--ping-skipped`: a success would turn the
+/// check green right after the failure it reports, and the failure is the
+/// failing host's to report, once.
+pub fn finish(result: &Result<Exit>, ran: bool, skip: Option<Skip>) -> Option<u32> {
     let pinger = PINGER.get()?;
     let start = pinger
         .start
@@ -99,15 +112,17 @@ pub fn finish(result: &Result<Exit>, ran: bool) -> Option<u32> {
         Ok(Exit::Command(0)) if ran => Some(String::new()),
         Ok(exit) if ran => Some(format!("/{}", exit.code())),
         Err(err) if ran => Some(format!("/{}", Exit::for_error(err).code())),
-        // Another host holds the lock, or ran the job recently.
-        Ok(Exit::Conflict(_)) if pinger.skipped => Some(String::new()),
+        // Another host holds the lock, or ran the job successfully recently.
+        Ok(Exit::Conflict(_)) if pinger.skipped && skip != Some(Skip::Failed) => {
+            Some(String::new())
+        }
         // Errors before the command ran are not this check's to report:
         // another host may well run the job.
         _ => None,
     };
     if let Some(suffix) = suffix {
         send(
-            &format!("{}{suffix}", pinger.url),
+            &with_suffix(&pinger.url, &suffix),
             pinger.report,
             &pinger.failures,
         );
@@ -121,8 +136,8 @@ fn send(url: &str, report: Report, failures: &AtomicU32) {
     let mut attempt = 0;
     let failure = loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let error = match agent(left).get(url).call() {
-            Ok(_) => return,
+        let error = match get(url, left) {
+            Ok(()) => return,
             Err(err) => err,
         };
         let retry = attempt < RETRIES
@@ -140,9 +155,41 @@ fn send(url: &str, report: Report, failures: &AtomicU32) {
     };
     let reason = match failure {
         ureq::Error::StatusCode(code) => format!("HTTP status {code}"),
+        // ureq says only `timeout: global`: the bound is all of a ping's time.
+        ureq::Error::Timeout(_) => format!("no answer within {}", Seconds(BOUND)),
+        ureq::Error::Io(err) if err.kind() == std::io::ErrorKind::TimedOut => {
+            format!("no answer within {}", Seconds(BOUND))
+        }
         other => other.to_string().replace(url, &shown(url)),
     };
     fail(report, failures, url, &reason);
+}
+
+/// URL with `suffix` (`/start`, `/N` or nothing) at the end of its path,
+/// before any query (`.../slug/start?create=1`, as healthchecks.io takes
+/// it); a fragment is never sent.
+fn with_suffix(url: &str, suffix: &str) -> String {
+    let url = url.split('#').next().unwrap_or_default();
+    let (path, query) = match url.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (url, None),
+    };
+    let mut with = format!("{}{suffix}", path.trim_end_matches('/'));
+    if let Some(query) = query {
+        with.push('?');
+        with.push_str(query);
+    }
+    with
+}
+
+/// One GET of `url` within `timeout`; an HTTP status other than 2xx is an
+/// error.
+fn get(url: &str, timeout: Duration) -> Result<(), ureq::Error> {
+    let uri: Uri = (url.parse()).map_err(|_| ureq::Error::BadUri(shown(url)))?;
+    match Proxy::try_from_env().filter(|proxy| proxy::forwards(proxy, &uri)) {
+        Some(proxy) => proxy::get_through(&proxy, &uri, timeout),
+        None => agent(timeout).get(uri).call().map(drop),
+    }
 }
 
 fn fail(report: Report, failures: &AtomicU32, url: &str, reason: &str) {
@@ -178,7 +225,39 @@ fn shown(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::*;
+
+    #[test]
+    fn the_suffix_goes_on_the_path_before_the_query() {
+        for (url, suffix, sent) in [
+            (
+                "https://hc-ping.com/KEY/slug?create=1",
+                "/start",
+                "https://hc-ping.com/KEY/slug/start?create=1",
+            ),
+            (
+                "https://hc/KEY/slug?create=1",
+                "/2",
+                "https://hc/KEY/slug/2?create=1",
+            ),
+            (
+                "https://hc/KEY/slug?create=1",
+                "",
+                "https://hc/KEY/slug?create=1",
+            ),
+            ("https://hc/uuid/", "/start", "https://hc/uuid/start"),
+            ("https://hc/uuid", "", "https://hc/uuid"),
+            ("https://hc/uuid#x/y?z", "/1", "https://hc/uuid/1"),
+            ("https://hc/u?a=1#frag", "/start", "https://hc/u/start?a=1"),
+            (
+                "http://user:pw@hc:8000/u/?a",
+                "/3",
+                "http://user:pw@hc:8000/u/3?a",
+            ),
+        ] {
+            assert_eq!(with_suffix(url, suffix), sent, "{url} {suffix}");
+        }
+    }
 
     #[test]
     fn only_the_scheme_and_host_are_shown() {
