@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::script::{GRANTED, Member, Peer, Received, config, reaches, stat_bytes};
+use super::script::{LONG, Member, Peer, Received, config, reaches, stat_bytes};
 use crate::zk::burst::Burst;
 use crate::zk::client::{Client, ConnectError, State};
 use crate::zk::jute::{Reader, Writer};
@@ -51,7 +51,7 @@ async fn credentials_and_watches_follow_sasl_on_every_connection() {
 /// credentials come next, and returns the request after them.
 async fn sasl_then_credentials(peer: &mut Peer) -> Received {
     peer.connect_request().await;
-    peer.accept_session(0x42, Duration::from_secs(30)).await;
+    peer.accept_session(0x42, LONG).await;
     let sasl = peer.request().await;
     assert_eq!(sasl.opcode, opcode::SASL, "SASL first");
     assert_eq!(
@@ -80,7 +80,7 @@ async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_ses
     assert_eq!(r.int().unwrap(), 0);
     assert_eq!(r.string().unwrap(), "digest");
     assert_eq!(r.string().unwrap(), "u:p");
-    peer.accept_session(0x42, Duration::from_secs(30)).await;
+    peer.accept_session(0x42, LONG).await;
     let client = connecting.await.unwrap().unwrap();
     peer.reply(xid::AUTH, 0, -115, &[]).await;
     reaches(&client, State::AuthFailed).await;
@@ -95,7 +95,7 @@ async fn a_sasl_refusal_or_no_member_at_all_fails_the_connect_and_says_which() {
     let connecting = tokio::spawn(Client::connect(refused, Burst::default()));
     let mut peer = a.accept().await;
     peer.connect_request().await;
-    peer.accept_session(0x42, GRANTED).await;
+    peer.accept_session(0x42, LONG).await;
     let sasl = peer.request().await;
     peer.reply(sasl.xid, 0, -115, &[]).await;
     let err = connecting.await.unwrap().err().unwrap();
