@@ -12,7 +12,8 @@
 //   lock, command            the lock recipe (a lock is taken in
 //                            lock::acquire); the command's processes
 //   session                  connection settings and the ZooKeeper session
-//   exit, report, values     exit codes, messages, parsed values and times
+//   exit, report, values,    exit codes, messages, parsed values and times;
+//   zk                       ZooKeeper's protocol and one session (no locks)
 mod break_lock;
 mod cli;
 mod command;

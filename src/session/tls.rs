@@ -234,7 +234,9 @@ fn not_tls(hello_seen: bool, err: &std::io::Error) -> Option<&'static str> {
     }
 }
 
-fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, TlsError> {
+/// The rustls configuration `tls` makes: its CA as the only roots, its
+/// identity (mutual TLS) if any. One for every TLS connection zklock makes.
+pub fn client_config(tls: &Tls) -> Result<rustls::ClientConfig, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(tls.ca.as_bytes()).flatten() {
         let _ = roots.add(cert);

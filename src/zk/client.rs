@@ -1,0 +1,212 @@
+//! The typed API zklock's callers use: a session, bursts of requests
+//! written in one write and answered in order, and the link's state.
+//!
+//! ```text
+//! let mut burst = Burst::default();
+//! let ours = burst.create("/locks/x/_c_ID-lock-", data, &acl, CreateMode::EphemeralSequential);
+//! let queue = burst.get_children("/locks/x", false);
+//! let client = Client::connect(config, burst).await?;   // one write, one round trip
+//! let (ours, queue) = (ours.await?, queue.await?);
+//! let mut release = Burst::default();
+//! let deleted = release.delete(&ours.path, -1);
+//! let closed = release.close();
+//! client.send(release);                                  // one write, one round trip
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::zk::answers::ReadResult;
+use crate::zk::burst::{Burst, Children, Data, Pending};
+use crate::zk::ops::ReadOp;
+use crate::zk::records::Error;
+use crate::zk::sasl::SaslMechanism;
+use crate::zk::session::{Answer, Driver, Queued};
+
+/// Makes the SASL mechanism for each new connection.
+pub type SaslFactory = Arc<dyn Fn() -> anyhow::Result<Box<dyn SaslMechanism + Send>> + Send + Sync>;
+
+/// How to reach the ensemble and what to open there.
+#[derive(Clone)]
+pub struct Config {
+    /// The members, `name:port` each, tried in turn.
+    pub hosts: Vec<String>,
+    /// The chroot ("" for none): every path given and answered is below it.
+    pub chroot: String,
+    /// The session timeout asked for (the ensemble may grant another).
+    pub session_timeout: Duration,
+    /// How long [`Client::connect`] may take.
+    pub connect_timeout: Duration,
+    /// How long one member may take to connect and answer the handshake.
+    pub attempt_timeout: Duration,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Credentials (scheme, auth) sent on every connection, e.g. `digest`,
+    /// `user:password`.
+    pub auth: Vec<(String, Vec<u8>)>,
+    pub sasl: Option<SaslFactory>,
+}
+
+/// The session's state, as this client knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// A server has answered on the current connection.
+    Connected,
+    /// The connection was lost; the session may live on (reconnecting).
+    Disconnected,
+    /// A server said the session has expired.
+    Expired,
+    /// A server refused the credentials, and ended the session.
+    AuthFailed,
+    /// The server answered closeSession (sent by [`Burst::close`], or by
+    /// the session itself once every handle to it is gone).
+    Closed,
+}
+
+impl State {
+    pub fn is_over(self) -> bool {
+        matches!(self, State::Expired | State::AuthFailed | State::Closed)
+    }
+}
+
+/// The link's state and history, watched by the lease: `losses` counts the
+/// connections lost, so that a loss is seen even after the next connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    pub state: State,
+    pub losses: u64,
+    /// The session timeout the ensemble granted.
+    pub session_timeout: Duration,
+}
+
+/// Why [`Client::connect`] opened no session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectError {
+    /// No member answered the handshake in time; the last problem seen.
+    Unreachable(String),
+    /// SASL failed: the server refused, or the mechanism did.
+    AuthFailed(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Unreachable(why) => write!(f, "no ZooKeeper server answered ({why})"),
+            ConnectError::AuthFailed(why) => write!(f, "SASL authentication failed: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// A session. Clones share it.
+#[derive(Clone)]
+pub struct Client {
+    commands: mpsc::UnboundedSender<Vec<Queued>>,
+    link: watch::Receiver<Link>,
+    session_id: i64,
+}
+
+impl Client {
+    /// Opens a session on the first member that answers, trying them in
+    /// turn until `config.connect_timeout`; `burst` is written behind the
+    /// handshake in the same write (after SASL, with SASL). Returns once a
+    /// server has answered the handshake; the burst's answers follow.
+    pub async fn connect(config: Config, burst: Burst) -> Result<Client, ConnectError> {
+        let deadline = Instant::now() + config.connect_timeout;
+        let (commands, received) = mpsc::unbounded_channel();
+        let (link, watched) = watch::channel(Link {
+            state: State::Disconnected,
+            losses: 0,
+            session_timeout: config.session_timeout,
+        });
+        if config.hosts.is_empty() {
+            return Err(ConnectError::Unreachable("no server given".to_owned()));
+        }
+        let mut driver = Driver::new(Arc::new(config), received, link, burst.0);
+        let conn = driver.open(deadline).await?;
+        let session_id = driver.session_id();
+        tokio::spawn(driver.run(conn));
+        Ok(Client {
+            commands,
+            link: watched,
+            session_id,
+        })
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.session_id
+    }
+
+    /// The link's state, to watch for changes.
+    pub fn link(&self) -> watch::Receiver<Link> {
+        self.link.clone()
+    }
+
+    /// Writes the burst's requests in one write (at once, or behind the
+    /// next handshake while disconnected).
+    pub fn send(&self, burst: Burst) {
+        let state = self.link.borrow().state;
+        let why = match state {
+            State::Expired => Error::SessionExpired,
+            State::AuthFailed => Error::AuthFailed,
+            _ => Error::Closed,
+        };
+        if let Err(unsent) = self.commands.send(burst.0) {
+            for queued in unsent.0 {
+                let _ = queued.reply.send(Answer {
+                    result: Err(why),
+                    watch: None,
+                });
+            }
+        }
+    }
+
+    /// One request alone: `client.call(|b| b.get_data("/x", true))`.
+    pub fn call<T>(&self, request: impl FnOnce(&mut Burst) -> Pending<T>) -> Pending<T> {
+        let mut burst = Burst::default();
+        let pending = request(&mut burst);
+        self.send(burst);
+        pending
+    }
+
+    /// Reads many nodes in one request (multiRead, 3.6+), or, where the
+    /// server does not know it, in one burst of single reads.
+    pub async fn read_many(
+        &self,
+        reads: Vec<ReadOp>,
+    ) -> Result<Vec<Result<ReadResult, Error>>, Error> {
+        match self.call(|b| b.multi_read(reads.clone())).await {
+            Err(Error::Unimplemented) => {}
+            answered => return answered,
+        }
+        let mut burst = Burst::default();
+        let singles: Vec<_> = (reads.into_iter())
+            .map(|read| match read {
+                ReadOp::GetData(path) => Single::Data(burst.get_data(&path, false)),
+                ReadOp::GetChildren(path) => Single::Children(burst.get_children(&path, false)),
+            })
+            .collect();
+        self.send(burst);
+        let mut results = Vec::new();
+        for single in singles {
+            results.push(match single {
+                Single::Data(pending) => pending.await.map(|d| ReadResult::Data {
+                    data: d.data,
+                    stat: d.stat,
+                }),
+                Single::Children(pending) => {
+                    pending.await.map(|c| ReadResult::Children(c.children))
+                }
+            });
+        }
+        Ok(results)
+    }
+}
+
+enum Single {
+    Data(Pending<Data>),
+    Children(Pending<Children>),
+}

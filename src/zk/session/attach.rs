@@ -1,0 +1,178 @@
+//! Attaching the session to a connection: a new session within the
+//! connect deadline, or the session resumed on the members in turn.
+
+use std::collections::VecDeque;
+use std::mem;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Driver, InFlight, write_queued};
+use crate::zk::client::{ConnectError, State};
+use crate::zk::conn::{self, Conn, Refused};
+use crate::zk::ops::Request;
+use crate::zk::records::{ConnectRequest, ConnectResponse, Error, xid};
+use crate::zk::sasl::SaslMechanism;
+
+impl Driver {
+    /// Opens a new session on the members in turn until `deadline`, the
+    /// waiting burst written behind the ConnectRequest of each attempt: an
+    /// attempt whose handshake went unanswered belongs to a session nobody
+    /// can resume, so its requests are made again, in the next one.
+    pub async fn open(&mut self, deadline: Instant) -> Result<Conn, ConnectError> {
+        let mut last = String::from("no member tried");
+        while Instant::now() < deadline {
+            let host = self.host();
+            let attempt = self.attempt(&host, true);
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(Refused::AuthFailed(why))) => return Err(ConnectError::AuthFailed(why)),
+                Ok(Err(refused)) => last = format!("{host}: {}", describe(&refused)),
+                Err(_) => last = format!("{host}: no answer in time"),
+            }
+            self.pause_after_round().await;
+        }
+        Err(ConnectError::Unreachable(last))
+    }
+
+    /// Resumes the session on the members in turn, until one takes it or
+    /// says it has expired; requests made meanwhile wait for it.
+    pub(super) async fn reconnect(&mut self) -> Result<Conn, Error> {
+        loop {
+            while let Ok(batch) = self.commands.try_recv() {
+                self.waiting.extend(batch);
+            }
+            if self.commands.is_closed() && self.waiting.is_empty() {
+                // Every handle is gone: nobody is left to resume it for.
+                return Err(Error::ConnectionLoss);
+            }
+            let host = self.host();
+            match self.attempt(&host, false).await {
+                Ok(conn) => return Ok(conn),
+                Err(Refused::Expired) => return Err(Error::SessionExpired),
+                Err(Refused::AuthFailed(_)) => return Err(Error::AuthFailed),
+                Err(Refused::Io { .. }) => self.pause_after_round().await,
+            }
+        }
+    }
+
+    fn host(&mut self) -> String {
+        let hosts = &self.config.hosts;
+        let host = hosts[self.next_host % hosts.len()].clone();
+        self.next_host += 1;
+        host
+    }
+
+    /// A short pause after each round of the members, so that refused
+    /// connections are not retried in a spin.
+    async fn pause_after_round(&mut self) {
+        if self.next_host % self.config.hosts.len() == 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// One attempt at `host`: the handshake with, in the same write (after
+    /// SASL, if any), the credentials, the watches and the waiting requests.
+    async fn attempt(&mut self, host: &str, first: bool) -> Result<Conn, Refused> {
+        let config = Arc::clone(&self.config);
+        let mut conn = conn::dial(host, config.tls.as_ref(), config.attempt_timeout)
+            .await
+            .map_err(|err| Refused::Io {
+                err,
+                written: false,
+            })?;
+        let sasl = (config.sasl.as_ref())
+            .map(|make| make())
+            .transpose()
+            .map_err(|err| Refused::AuthFailed(format!("{err:#}")))?;
+        let request = ConnectRequest {
+            last_zxid_seen: self.last_zxid,
+            timeout_ms: i32::try_from(config.session_timeout.as_millis()).unwrap_or(i32::MAX),
+            session_id: self.session_id,
+            password: self.password.clone(),
+            read_only: false,
+        };
+        let mut in_flight = VecDeque::new();
+        let exchange = self.exchange(&mut conn, &request, sasl, &mut in_flight);
+        let response = match tokio::time::timeout(config.attempt_timeout, exchange).await {
+            Ok(response) => response,
+            Err(_) => Err(Refused::Io {
+                err: std::io::ErrorKind::TimedOut.into(),
+                written: !in_flight.is_empty(),
+            }),
+        };
+        match response {
+            Ok(response) => {
+                self.session_id = response.session_id;
+                self.password = response.password;
+                self.timeout = Duration::from_millis(response.timeout_ms as u64);
+                self.in_flight = in_flight;
+                self.link.send_modify(|link| {
+                    link.state = State::Connected;
+                    link.session_timeout = self.timeout;
+                });
+                Ok(conn)
+            }
+            Err(refused) => {
+                let written = matches!(refused, Refused::Io { written: true, .. });
+                for flight in in_flight {
+                    match written && !first {
+                        true => flight.queued.fail(Error::ConnectionLoss),
+                        false => self.waiting.push(flight.queued),
+                    }
+                }
+                Err(refused)
+            }
+        }
+    }
+
+    /// The handshake, then SASL if any; what [`Driver::behind`] makes goes
+    /// in the handshake's write, or after SASL.
+    async fn exchange(
+        &mut self,
+        conn: &mut Conn,
+        request: &ConnectRequest,
+        sasl: Option<Box<dyn SaslMechanism + Send>>,
+        in_flight: &mut VecDeque<InFlight>,
+    ) -> Result<ConnectResponse, Refused> {
+        let Some(mut mechanism) = sasl else {
+            let behind = self.behind(in_flight);
+            return conn::handshake(conn, request, &behind).await;
+        };
+        let response = conn::handshake(conn, request, &[]).await?;
+        conn::authenticate(conn, &mut *mechanism, &mut self.xid).await?;
+        let behind = self.behind(in_flight);
+        let wrote = conn.write(&behind).await;
+        wrote.map_err(|err| Refused::Io { err, written: true })?;
+        Ok(response)
+    }
+
+    /// What follows the handshake in one write: the credentials, the
+    /// watches to set again, the waiting requests (now in flight).
+    fn behind(&mut self, in_flight: &mut VecDeque<InFlight>) -> Vec<u8> {
+        let mut behind = Vec::new();
+        for (scheme, auth) in &self.config.auth {
+            let auth = Request::Auth {
+                scheme: scheme.clone(),
+                auth: auth.clone(),
+            };
+            auth.write_packet(xid::AUTH, "", &mut behind);
+        }
+        for set in self.watches.set_again(self.last_zxid) {
+            set.write_packet(xid::SET_WATCHES, "", &mut behind);
+        }
+        let waiting = mem::take(&mut self.waiting);
+        let chroot = &self.config.chroot;
+        write_queued(&mut self.xid, chroot, waiting, &mut behind, in_flight);
+        behind
+    }
+}
+
+fn describe(refused: &Refused) -> String {
+    match refused {
+        Refused::Io { err, .. } => err.to_string(),
+        Refused::Expired => "the session expired".to_owned(),
+        Refused::AuthFailed(why) => why.clone(),
+    }
+}

@@ -1,0 +1,303 @@
+//! The session's state machine: one task that owns the connection, writes
+//! requests as they come, matches answers in order, pings when the line has
+//! been quiet for a third of the session timeout, and on a lost connection
+//! says so at once and resumes the session on the next member
+//! (docs/design.md, "The protocol layer").
+
+use std::collections::VecDeque;
+use std::mem;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::zk::answers::Response;
+use crate::zk::client::{Config, Link, State};
+use crate::zk::conn::Conn;
+use crate::zk::jute::Reader;
+use crate::zk::ops::{Request, chrooted, unchrooted};
+use crate::zk::records::{Error, ReplyHeader, WatcherEvent, xid};
+use crate::zk::watches::{Watch, WatchKind, Watches};
+
+mod attach;
+
+/// What a request's sender gets back.
+#[derive(Debug)]
+pub struct Answer {
+    pub result: Result<Response, Error>,
+    /// The watch the request set, if it asked for one and the server set it.
+    pub watch: Option<Watch>,
+}
+
+/// A request made by a caller, not yet written.
+#[derive(Debug)]
+pub struct Queued {
+    pub request: Request,
+    pub reply: oneshot::Sender<Answer>,
+}
+
+impl Queued {
+    fn fail(self, why: Error) {
+        let _ = self.reply.send(Answer {
+            result: Err(why),
+            watch: None,
+        });
+    }
+}
+
+/// A request written on the current connection, its answer to come.
+struct InFlight {
+    xid: i32,
+    queued: Queued,
+}
+
+/// Why serving a connection stopped.
+enum End {
+    /// The connection broke (or the server stopped answering).
+    Lost,
+    /// The session is over, for this reason.
+    Over(Error),
+}
+
+pub struct Driver {
+    config: Arc<Config>,
+    commands: mpsc::UnboundedReceiver<Vec<Queued>>,
+    link: watch::Sender<Link>,
+    session_id: i64,
+    password: Vec<u8>,
+    timeout: Duration,
+    last_zxid: i64,
+    xid: i32,
+    watches: Watches,
+    in_flight: VecDeque<InFlight>,
+    /// Requests made while no connection was up, for the next one.
+    waiting: Vec<Queued>,
+    next_host: usize,
+}
+
+impl Driver {
+    pub fn new(
+        config: Arc<Config>,
+        commands: mpsc::UnboundedReceiver<Vec<Queued>>,
+        link: watch::Sender<Link>,
+        burst: Vec<Queued>,
+    ) -> Driver {
+        let timeout = config.session_timeout;
+        Driver {
+            config,
+            commands,
+            link,
+            session_id: 0,
+            password: vec![0; 16],
+            timeout,
+            last_zxid: 0,
+            xid: 0,
+            watches: Watches::default(),
+            in_flight: VecDeque::new(),
+            waiting: burst,
+            next_host: 0,
+        }
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.session_id
+    }
+
+    /// Serves the session until it is over: each connection, then the next.
+    pub async fn run(mut self, mut conn: Conn) {
+        loop {
+            let why = match self.serve(&mut conn).await {
+                End::Over(why) => why,
+                End::Lost => {
+                    drop(conn);
+                    self.lose_connection();
+                    match self.reconnect().await {
+                        Ok(next) => {
+                            conn = next;
+                            continue;
+                        }
+                        Err(why) => why,
+                    }
+                }
+            };
+            return self.finish(why);
+        }
+    }
+
+    /// Serves one connection until it breaks or the session is over.
+    async fn serve(&mut self, conn: &mut Conn) -> End {
+        let third = self.timeout / 3;
+        let mut abandoned = false;
+        let mut last_sent = Instant::now();
+        let mut last_heard = Instant::now();
+        loop {
+            let ping_at = last_sent + third;
+            let dead_at = last_heard + third * 2;
+            let mut out = Vec::new();
+            tokio::select! {
+                packet = conn.packet() => {
+                    let Ok(packet) = packet else { return End::Lost };
+                    last_heard = Instant::now();
+                    if let Some(end) = self.answer(&packet) {
+                        return end;
+                    }
+                }
+                batch = self.commands.recv(), if !abandoned => match batch {
+                    Some(batch) => {
+                        self.write_requests(batch, &mut out);
+                        while let Ok(more) = self.commands.try_recv() {
+                            self.write_requests(more, &mut out);
+                        }
+                    }
+                    None => {
+                        // Every handle is gone: nobody can use the session
+                        // any more, so end it (Closed on the answer).
+                        abandoned = true;
+                        let (reply, _) = oneshot::channel();
+                        let close = Queued { request: Request::CloseSession, reply };
+                        self.write_requests(vec![close], &mut out);
+                    }
+                },
+                () = tokio::time::sleep_until(ping_at.min(dead_at)) => {
+                    if Instant::now() >= dead_at {
+                        return End::Lost;
+                    }
+                    Request::Ping.write_packet(xid::PING, "", &mut out);
+                }
+            }
+            if !out.is_empty() {
+                if conn.write(&out).await.is_err() {
+                    return End::Lost;
+                }
+                last_sent = Instant::now();
+            }
+        }
+    }
+
+    fn write_requests(&mut self, batch: Vec<Queued>, out: &mut Vec<u8>) {
+        let chroot = &self.config.chroot;
+        write_queued(&mut self.xid, chroot, batch, out, &mut self.in_flight);
+    }
+
+    /// Handles one packet from the server; the end of the connection or the
+    /// session when it says so.
+    fn answer(&mut self, packet: &[u8]) -> Option<End> {
+        let mut r = Reader::new(packet);
+        let Ok(header) = ReplyHeader::read(&mut r) else {
+            return Some(End::Lost);
+        };
+        let chroot = self.config.chroot.as_str();
+        match header.xid {
+            xid::WATCHER_EVENT => {
+                let Ok(event) = WatcherEvent::read(&mut r) else {
+                    return Some(End::Lost);
+                };
+                let path = unchrooted(chroot, &event.path);
+                self.watches.fire(event.event_type, &event.path, &path);
+                return None;
+            }
+            xid::AUTH if header.err != 0 => return Some(End::Over(Error::AuthFailed)),
+            xid::PING | xid::AUTH | xid::SET_WATCHES => return None,
+            _ => {}
+        }
+        let Some(flight) = self.in_flight.pop_front() else {
+            return Some(End::Lost);
+        };
+        if flight.xid != header.xid {
+            self.in_flight.push_front(flight);
+            return Some(End::Lost);
+        }
+        if header.zxid > 0 {
+            self.last_zxid = header.zxid;
+        }
+        let request = &flight.queued.request;
+        let result = match header.err {
+            0 => match request.read_response(chroot, &mut r) {
+                Ok(response) => Ok(response),
+                Err(_) => {
+                    self.in_flight.push_front(flight);
+                    return Some(End::Lost);
+                }
+            },
+            err => Err(Error::from_i32(err)),
+        };
+        let watch = self.watch_set_by(request, &result);
+        let closed = *request == Request::CloseSession;
+        let _ = flight.queued.reply.send(Answer { result, watch });
+        match Error::from_i32(header.err) {
+            _ if closed => Some(End::Over(Error::Closed)),
+            Error::SessionExpired => Some(End::Over(Error::SessionExpired)),
+            _ => None,
+        }
+    }
+
+    /// The watch the server set with this answer: an exists finding the
+    /// node sets a data watch, one finding none an exist watch.
+    fn watch_set_by(
+        &mut self,
+        request: &Request,
+        result: &Result<Response, Error>,
+    ) -> Option<Watch> {
+        let (kind, path) = match (request, result) {
+            (Request::Exists { path, watch: true }, Ok(_)) => (WatchKind::Data, path),
+            (Request::Exists { path, watch: true }, Err(Error::NoNode)) => (WatchKind::Exist, path),
+            (Request::GetData { path, watch: true }, Ok(_)) => (WatchKind::Data, path),
+            (Request::GetChildren { path, watch: true }, Ok(_)) => (WatchKind::Child, path),
+            _ => return None,
+        };
+        let server_path = chrooted(&self.config.chroot, path);
+        Some(self.watches.add(kind, &server_path))
+    }
+
+    /// Reports the loss at once and fails what it left unanswered.
+    fn lose_connection(&mut self) {
+        self.link.send_modify(|link| {
+            link.state = State::Disconnected;
+            link.losses += 1;
+        });
+        for flight in mem::take(&mut self.in_flight) {
+            flight.queued.fail(Error::ConnectionLoss);
+        }
+    }
+
+    /// The session is over: says why, to the link, every request and watch.
+    fn finish(mut self, why: Error) {
+        let state = match why {
+            Error::SessionExpired => Some(State::Expired),
+            Error::AuthFailed => Some(State::AuthFailed),
+            Error::Closed => Some(State::Closed),
+            // Abandoned while disconnected: the session may live on, until
+            // it expires; nobody is left to resume it.
+            _ => None,
+        };
+        if let Some(state) = state {
+            self.link.send_modify(|link| link.state = state);
+        }
+        self.commands.close();
+        while let Ok(batch) = self.commands.try_recv() {
+            self.waiting.extend(batch);
+        }
+        let in_flight = mem::take(&mut self.in_flight).into_iter().map(|f| f.queued);
+        for queued in in_flight.chain(mem::take(&mut self.waiting)) {
+            queued.fail(why);
+        }
+        self.watches.end(why);
+    }
+}
+
+/// Appends `batch` to `out`, each request with the next xid, and notes
+/// them as in flight, to be answered in that order.
+fn write_queued(
+    xid: &mut i32,
+    chroot: &str,
+    batch: Vec<Queued>,
+    out: &mut Vec<u8>,
+    in_flight: &mut VecDeque<InFlight>,
+) {
+    for queued in batch {
+        *xid += 1;
+        queued.request.write_packet(*xid, chroot, out);
+        in_flight.push_back(InFlight { xid: *xid, queued });
+    }
+}

@@ -1,0 +1,113 @@
+//! Credentials against a scripted server: digest auth in the connect
+//! burst, SASL before anything else on every connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::script::{LONG, Member, Peer, Received, config, reaches, stat_bytes};
+use crate::zk::burst::Burst;
+use crate::zk::client::{Client, ConnectError, State};
+use crate::zk::jute::{Reader, Writer};
+use crate::zk::records::{Error, opcode, xid};
+use crate::zk::sasl::{SaslMechanism, SaslStep};
+
+/// A mechanism of one round: sends `hello`, done on the server's answer.
+struct OneRound;
+
+impl SaslMechanism for OneRound {
+    fn step(&mut self, challenge: Option<&[u8]>) -> anyhow::Result<SaslStep> {
+        Ok(match challenge {
+            None => SaslStep::Send(b"hello".to_vec()),
+            Some(_) => SaslStep::Done,
+        })
+    }
+}
+
+#[tokio::test]
+async fn credentials_and_watches_follow_sasl_on_every_connection() {
+    let (a, b) = (Member::bind().await, Member::bind().await);
+    let mut config = config(&[&a, &b]);
+    config.sasl = Some(Arc::new(|| Ok(Box::new(OneRound) as _)));
+    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
+    let mut burst = Burst::default();
+    let watched = burst.get_children("/q", true);
+    let connecting = tokio::spawn(Client::connect(config, burst));
+    let mut peer = a.accept().await;
+    let next = sasl_then_credentials(&mut peer).await;
+    assert_eq!(next.opcode, opcode::GET_CHILDREN2, "the burst after SASL");
+    let mut w = Writer::default();
+    w.vector::<&str>(&[], |_, _| {}).bytes.extend(stat_bytes());
+    peer.reply(next.xid, 4, 0, &w.bytes).await;
+    let client = connecting.await.unwrap().unwrap();
+    let _watch = watched.await.unwrap().watch.unwrap();
+    drop(peer);
+    reaches(&client, State::Disconnected).await;
+    let mut peer = b.accept().await;
+    let next = sasl_then_credentials(&mut peer).await;
+    assert_eq!(next.opcode, opcode::SET_WATCHES, "watches after SASL");
+}
+
+/// Plays a server through the handshake and SASL, checks that the
+/// credentials come next, and returns the request after them.
+async fn sasl_then_credentials(peer: &mut Peer) -> Received {
+    peer.connect_request().await;
+    peer.accept_session(0x42, LONG).await;
+    let sasl = peer.request().await;
+    assert_eq!(sasl.opcode, opcode::SASL, "SASL first");
+    assert_eq!(
+        Reader::new(&sasl.body).buffer().unwrap(),
+        Some(&b"hello"[..])
+    );
+    peer.reply(sasl.xid, 0, 0, &[0, 0, 0, 0]).await;
+    let auth = peer.request().await;
+    assert_eq!((auth.xid, auth.opcode), (xid::AUTH, opcode::AUTH));
+    peer.request().await
+}
+
+#[tokio::test]
+async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_session() {
+    let a = Member::bind().await;
+    let mut config = config(&[&a]);
+    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
+    let mut burst = Burst::default();
+    let synced = burst.sync("/");
+    let connecting = tokio::spawn(Client::connect(config, burst));
+    let mut peer = a.accept().await;
+    peer.connect_request().await;
+    let (auth, sync) = (peer.request().await, peer.request().await);
+    assert_eq!((auth.xid, sync.opcode), (xid::AUTH, opcode::SYNC));
+    let mut r = Reader::new(&auth.body);
+    assert_eq!(r.int().unwrap(), 0);
+    assert_eq!(r.string().unwrap(), "digest");
+    assert_eq!(r.string().unwrap(), "u:p");
+    peer.accept_session(0x42, LONG).await;
+    let client = connecting.await.unwrap().unwrap();
+    peer.reply(xid::AUTH, 0, -115, &[]).await;
+    reaches(&client, State::AuthFailed).await;
+    assert_eq!(synced.await, Err(Error::AuthFailed));
+}
+
+#[tokio::test]
+async fn a_sasl_refusal_or_no_member_at_all_fails_the_connect_and_says_which() {
+    let a = Member::bind().await;
+    let mut refused = config(&[&a]);
+    refused.sasl = Some(Arc::new(|| Ok(Box::new(OneRound) as _)));
+    let connecting = tokio::spawn(Client::connect(refused, Burst::default()));
+    let mut peer = a.accept().await;
+    peer.connect_request().await;
+    peer.accept_session(0x42, LONG).await;
+    let sasl = peer.request().await;
+    peer.reply(sasl.xid, 0, -115, &[]).await;
+    let err = connecting.await.unwrap().err().unwrap();
+    assert!(matches!(err, ConnectError::AuthFailed(_)), "{err}");
+
+    let gone = Member::bind().await;
+    let mut nobody = config(&[&gone]);
+    drop(gone.listener);
+    nobody.connect_timeout = Duration::from_millis(300);
+    let err = Client::connect(nobody, Burst::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, ConnectError::Unreachable(_)), "{err}");
+}
