@@ -13,7 +13,9 @@
 //                            lock::acquire); the command's processes
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values,    exit codes, messages, parsed values and times;
-//   zk                       ZooKeeper's protocol and one session (no locks)
+//   zk                       ZooKeeper's protocol and one session (no locks);
+//                            the package's library (src/lib.rs), used as
+//                            `zklock::zk` here and by tests/ and bench/
 mod break_lock;
 mod cli;
 mod command;
@@ -27,8 +29,6 @@ mod run;
 mod session;
 mod status;
 mod values;
-#[allow(dead_code)] // callers move onto it in the next step of issue 29
-mod zk;
 
 use std::process::ExitCode;
 

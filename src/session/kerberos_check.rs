@@ -3,8 +3,8 @@
 //! unreachable server and only logs why; zklock takes the same first step
 //! itself to say what is wrong.
 
-use crate::zk::sasl::SaslMechanism;
-use crate::zk::sasl::gssapi::Gssapi;
+use zklock::zk::sasl::SaslMechanism;
+use zklock::zk::sasl::gssapi::Gssapi;
 
 /// Why the first GSSAPI step for `service/host` fails, if it does.
 pub fn diagnose(service: &str, host: &str) -> Option<String> {
