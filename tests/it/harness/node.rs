@@ -47,18 +47,52 @@ pub(crate) fn require_zookeeper() {
     }
 }
 
-/// Picks `n` distinct free loopback ports.
+/// Picks `n` distinct free loopback ports, below the kernel's range of
+/// ephemeral ports.
 ///
-/// All listeners stay bound until every port is chosen, so the ports differ; they are
-/// released just before the server binds them, a window small enough in practice.
+/// A member that is stopped and started again must get its ports back, and an
+/// outgoing connection (a client's, a proxy's, the JVM's own) takes its local
+/// port from the ephemeral range: a port chosen there can be taken while the
+/// member is down. All listeners stay bound until every port is chosen, so the
+/// ports differ; they are released just before the server binds them.
 pub(crate) fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port"))
-        .collect();
+    let below = ephemeral_range_start();
+    let mut seed = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        std::process::id(),
+    );
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    for _ in 0..100_000 {
+        if listeners.len() == n {
+            break;
+        }
+        // xorshift: any spread will do, distinct per process and call.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let port = 10_000 + (seed % u64::from(below - 10_000)) as u16;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
+    assert_eq!(
+        listeners.len(),
+        n,
+        "no {n} free loopback ports below {below}"
+    );
     listeners
         .iter()
         .map(|l| l.local_addr().expect("local addr").port())
         .collect()
+}
+
+/// The first port of `net.ipv4.ip_local_port_range` (Linux's default 32768).
+fn ephemeral_range_start() -> u16 {
+    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .filter(|start| *start > 11_000)
+        .unwrap_or(32_768)
 }
 
 type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
