@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{LONG, assert_code, assert_exits_ok, run_no_wait, start_order, waiting_zklock};
 use crate::harness::{
     Curator, CuratorKind, Holder, Inspector, LockLog, assert_no_lock_nodes, shared_server,
-    unique_path, wait_for_contenders, zklock_run,
+    unique_path, wait_for_contenders, wait_until, zklock_run,
 };
 
 /// A Curator client for one test, logging its holds to `log`.
@@ -179,7 +179,15 @@ fn semaphore_shared_with_curator() {
         &log,
     );
 
-    // The pool is full: Curator's third lease waits, and so does zklock.
+    // The pool is full: Curator's third lease waits (or gives up in time),
+    // and so does zklock.
+    c.acquire(
+        "late",
+        CuratorKind::Semaphore(2),
+        &path,
+        Some(Duration::from_secs(1)),
+    );
+    c.expect("late", "timeout", LONG);
     c.acquire("b", CuratorKind::Semaphore(2), &path, None);
     wait_for_contenders(&zk, &leases, "-lease-", 3);
     assert_eq!(
@@ -315,4 +323,41 @@ fn nodes_are_named_as_curator_names_them() {
         z.finish();
     }
     c.close();
+}
+
+/// Curator's leases and zklock's runs started together on a semaphore of 2,
+/// each letting go as soon as it holds: never more than 2 at once, and every
+/// one gets its turn.
+#[test]
+fn semaphore_contended_by_curator_and_zklock() {
+    let path = unique_path("curator-semaphore-race");
+    let zk = Inspector::connect(&shared_server().connect_string());
+    let log = LockLog::new();
+    let mut c = curator(&log);
+    let slots = ["a", "b", "c"];
+    let mut runs = Vec::new();
+    for slot in slots {
+        c.acquire(slot, CuratorKind::Semaphore(2), &path, None);
+        runs.push(waiting_zklock(&path, &["--limit", "2"], &log));
+    }
+    let mut waiting = slots.to_vec();
+    wait_until(LONG, "every Curator lease taken and returned", || {
+        waiting.retain(|slot| match c.next(slot, Duration::from_millis(10)) {
+            None => true,
+            Some(line) if line.starts_with("acquired ") => {
+                c.release(slot);
+                false
+            }
+            Some(line) => panic!("Curator's {slot}: {line}"),
+        });
+        waiting.is_empty()
+    });
+    for run in &mut runs {
+        assert_exits_ok(run);
+    }
+    log.assert_max_concurrency(2);
+    assert_eq!(log.starts(), 6, "{}", log.contents());
+    assert!(log.open_ids().is_empty(), "{}", log.contents());
+    c.close();
+    assert_no_lock_nodes(&zk, &path);
 }
