@@ -1,17 +1,18 @@
 //! Other clients' locks on the same path: kazoo's (Python, from PyPI) `Lock`,
-//! `ReadLock` and `WriteLock`, and the Curator-compatible lock of the
-//! `zookeeper-client` crate. Each side must see the other's nodes as contenders.
+//! `ReadLock` and `WriteLock`, and Apache Curator's (Java, from Debian)
+//! `InterProcessMutex`, `InterProcessReadWriteLock` and
+//! `InterProcessSemaphoreV2`. Each side must see the other's nodes as
+//! contenders, and queue behind them in arrival order.
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use zookeeper_client::{Acls, CreateMode, LockOptions, LockPrefix};
-
 use crate::harness::{
     EntryKind, Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, assert_no_lock_nodes,
-    contenders, shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_no_lock_nodes,
-    zklock_run,
+    shared_server, unique_path, wait_for_contenders, wait_for_exit, zklock_run,
 };
+
+mod curator;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -219,128 +220,6 @@ fn kazoo_read_lock_waits_for_zklock_exclusive() {
     assert_eq!(start_order(&log).first(), Some(&z.shell_pid()));
     kr.release(LONG);
     assert_no_lock_nodes(&zk, &path);
-}
-
-/// What `zookeeper-client` needs to take its Curator-style lock at any path.
-fn crate_lock_options() -> LockOptions<'static> {
-    LockOptions::new(Acls::anyone_all())
-        .with_ancestor_options(CreateMode::Container.with_acls(Acls::anyone_all()))
-        .expect("lock options")
-}
-
-#[test]
-fn crate_curator_lock_excludes_zklock() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("crate-lock-held");
-    let zk = Inspector::connect(&connect);
-    let locker = Inspector::connect(&connect);
-    let client = locker.client();
-    let log = LockLog::new();
-    let prefix = LockPrefix::new_curator(&path, "lock-").expect("lock prefix");
-    let lock = locker
-        .run(async {
-            tokio::time::timeout(LONG, client.lock(prefix, b"crate", crate_lock_options())).await
-        })
-        .expect("the crate takes a free lock in time")
-        .expect("the crate's lock");
-    assert_code(
-        &run_no_wait(&path, &[], &log),
-        75,
-        "zklock -n while the crate holds",
-    );
-
-    let mut z = waiting_zklock(&path, &[], &log);
-    wait_for_contenders(&zk, &path, "-lock-", 2);
-    assert_eq!(log.starts(), 0, "zklock waits for the crate's lock");
-    let crate_node = lock.lock_path().to_string();
-    // Dropping deletes the node from a task on the inspector's runtime.
-    locker.run(async move { drop(lock) });
-    assert_exits_ok(&mut z);
-    assert!(!zk.exists(&crate_node));
-    assert_eq!(log.starts(), 1);
-    assert_no_lock_nodes(&zk, &path);
-}
-
-#[test]
-fn zklock_excludes_crate_curator_lock() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("crate-lock-waits");
-    let zk = Inspector::connect(&connect);
-    let locker = Inspector::connect(&connect);
-    let client = locker.client();
-    let log = LockLog::new();
-    let mut z = Holder::start(&mut zklock_run(&connect, &path), &log);
-    let prefix = LockPrefix::new_curator(&path, "lock-").expect("lock prefix");
-    let lock = locker.run(async {
-        let locking = client.lock(prefix, b"crate", crate_lock_options());
-        tokio::pin!(locking);
-        let early = tokio::time::timeout(Duration::from_secs(1), &mut locking).await;
-        assert!(
-            early.is_err(),
-            "the crate got the lock while zklock holds it"
-        );
-        let queued = client.list_children(&path).await.expect("list");
-        assert_eq!(
-            queued.iter().filter(|c| c.contains("-lock-")).count(),
-            2,
-            "the crate queued behind zklock: {queued:?}"
-        );
-        z.release();
-        let lock = tokio::time::timeout(LONG, locking)
-            .await
-            .expect("the crate gets the lock once zklock releases")
-            .expect("the crate's lock");
-        // zklock's command ended before the crate got the lock.
-        let entries = log.entries();
-        assert_eq!(
-            entries.iter().map(|e| e.kind).collect::<Vec<_>>(),
-            [EntryKind::Start, EntryKind::End],
-            "{}",
-            log.contents()
-        );
-        lock
-    });
-    assert_eq!(z.wait(LONG).code(), Some(0));
-    assert_eq!(
-        contenders(&zk, &path, "-lock-"),
-        [lock.lock_path().to_string()],
-        "only the crate's node is left"
-    );
-    locker.run(async move { drop(lock) });
-    wait_no_lock_nodes(&zk, &path, LONG);
-}
-
-/// `_c_<uuid>-<name><seq>`, Curator's protected node name: a 36-character
-/// uuid, then a hyphen before the recipe's name.
-fn assert_curator_name(node: &str, name: &str) {
-    let child = node.rsplit('/').next().unwrap();
-    let rest = child
-        .strip_prefix("_c_")
-        .unwrap_or_else(|| panic!("{child}"));
-    let (uuid, rest) = rest.split_at(36);
-    assert!(
-        uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-'),
-        "{child}"
-    );
-    let seq = rest
-        .strip_prefix(&format!("-{name}"))
-        .unwrap_or_else(|| panic!("{child} is not Curator's `_c_<uuid>-{name}<seq>`"));
-    assert!(
-        seq.len() == 10 && seq.chars().all(|c| c.is_ascii_digit()),
-        "{child}"
-    );
-}
-
-#[test]
-fn read_and_write_nodes_are_named_as_curator_names_them() {
-    let connect = shared_server().connect_string();
-    let log = LockLog::new();
-    for (args, name) in [(&["-s"][..], "__READ__"), (&["--write"], "__WRIT__")] {
-        let path = unique_path("curator-names");
-        let mut z = Holder::start(zklock_run(&connect, &path).args(args), &log);
-        assert_curator_name(&z.node(), name);
-        z.finish();
-    }
 }
 
 /// Nodes of earlier zklock builds (`_c_<uuid>__READ__<seq>`, no hyphen) are

@@ -3,13 +3,13 @@
 //! `.ci/test` installs kazoo into a venv at `target/kazoo-venv` and points
 //! `ZKLOCK_TEST_PYTHON` at its python. A missing kazoo is an error, never a skip.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
+use super::process::stdout_lines;
 use super::{KillOnDrop, LockLog, wait_for_exit};
 
 /// Takes a kazoo lock and reports on stdout: `acquired` once held (after logging
@@ -112,16 +112,7 @@ impl KazooLock {
             .spawn()
             .expect("spawn python");
         let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        // A reader thread, so the test can wait for a line with a timeout.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stdout_lines(stdout);
         KazooLock {
             child: KillOnDrop(child),
             lines,

@@ -6,6 +6,7 @@
 
 mod client;
 mod cmd;
+mod curator;
 mod ensemble;
 mod frames;
 mod gated;
@@ -29,6 +30,7 @@ pub use cmd::{
     CI_VARIABLES, Entry, EntryKind, KillOnDrop, LockLog, signal, unique_path, wait_for_exit,
     wait_for_file, zklock, zklock_run,
 };
+pub use curator::{Curator, CuratorHold, CuratorKind};
 pub use ensemble::Ensemble;
 pub use gated::Gated;
 pub use holder::{

@@ -14,7 +14,7 @@ use super::TempDir;
 use super::server::ServerOptions;
 
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
-const JAVA: &str = "/usr/bin/java";
+pub(crate) const JAVA: &str = "/usr/bin/java";
 // The Debian classpath has slf4j-api but no binding, so without this the log is empty.
 const SLF4J_BINDING: &str = "/usr/share/java/slf4j-simple.jar";
 // NettyServerCnxnFactory (needed for TLS) uses Netty jars that zookeeper.jar's manifest

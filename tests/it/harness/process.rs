@@ -1,8 +1,9 @@
 //! Running commands to their end within a bound, and looking at processes by pid.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use super::Inspector;
@@ -173,4 +174,20 @@ pub fn read_pid_file(path: &Path, timeout: Duration) -> i32 {
 pub fn assert_no_nodes(zk: &Inspector, path: &str) {
     let left = zk.tree(path);
     assert!(left.is_empty(), "nodes left under {path}: {left:?}");
+}
+
+/// The lines a helper process prints, read by a thread of their own, so that
+/// a test can wait for a line with a timeout. The channel disconnects once
+/// the process closes its stdout.
+pub fn stdout_lines(stdout: ChildStdout) -> Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
 }
