@@ -45,6 +45,39 @@ pub struct HolderData {
     /// The run's age on ZooKeeper's clock (supersede.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_czxid: Option<i64>,
+    /// Set by `zklock hold`'s holder: what the hold is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldBinding>,
+}
+
+/// What a hold (`zklock hold`) is bound to (docs/design.md, "Holds").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldBinding {
+    /// The calling process, whose exit releases the hold; none with
+    /// `--until-released`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_name: Option<String>,
+    /// `--max-hold`'s end, RFC 3339 (the holder's clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+}
+
+impl HoldBinding {
+    /// `bound to pid 4242 (bash)`, `until released, at most until ...`,
+    /// escaped to one line.
+    pub fn describe(&self) -> String {
+        let bound = match (self.bound_pid, &self.bound_name) {
+            (Some(pid), Some(name)) => format!("bound to pid {pid} ({})", escape_controls(name)),
+            (Some(pid), None) => format!("bound to pid {pid}"),
+            (None, _) => "until released".to_owned(),
+        };
+        match &self.until {
+            Some(until) => format!("{bound}, at most until {}", escape_controls(until)),
+            None => bound,
+        }
+    }
 }
 
 /// The CI job a zklock runs in, from its provider's documented environment
@@ -154,6 +187,7 @@ impl HolderData {
             ci: CiJob::from_env(|name| std::env::var(name).ok()),
             supersede: None,
             first_czxid: None,
+            hold: None,
         }
     }
 
@@ -201,6 +235,9 @@ impl HolderData {
         }
         parts.retain(|part| !part.is_empty());
         let mut who = parts.join(" ");
+        if let Some(hold) = self.hold.as_ref().filter(|_| detail == Detail::Full) {
+            who.push_str(&format!(", {}", hold.describe()));
+        }
         // Last, and followed by a space or the end of the line, never by a
         // bracket: CI logs and terminals then link the whole URL.
         if let Some(ci) = &self.ci {

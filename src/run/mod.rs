@@ -2,17 +2,18 @@
 //! `zklock run`"):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
-mod acquire;
+pub(crate) mod acquire;
 mod give_up;
-mod hold;
-mod metrics;
+pub(crate) mod hold;
+pub(crate) mod metrics;
 mod nested;
 pub(crate) mod notify;
-mod once;
+pub(crate) mod once;
 pub(crate) mod ping;
-mod plan;
+pub(crate) mod plan;
 mod wait;
 
+use std::future::Future;
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -30,6 +31,18 @@ use crate::report::Report;
 use crate::values::human_ms;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
+    drive(&args, |facts| lifecycle(&args, facts))
+}
+
+/// Runs `lifecycle` on a current-thread runtime, with the outputs that
+/// follow a run's life around it: the metrics file and the health-check
+/// pings (docs/design.md, "Metrics file"). Shared with `zklock hold`'s
+/// holder, whose hold is its "command".
+pub(crate) fn drive<F, Fut>(args: &RunArgs, lifecycle: F) -> Result<Exit>
+where
+    F: FnOnce(Rc<metrics::Facts>) -> Fut,
+    Fut: Future<Output = Result<Exit>>,
+{
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
     let metrics = match &args.metrics_file {
@@ -52,7 +65,7 @@ pub fn run(args: RunArgs) -> Result<Exit> {
         .context("starting the async runtime")?;
     let facts = Rc::new(metrics::Facts::new());
     let verbosity = args.verbosity();
-    let result = runtime.block_on(lifecycle(args, Rc::clone(&facts)));
+    let result = runtime.block_on(lifecycle(Rc::clone(&facts)));
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
     runtime.shutdown_background();
@@ -69,9 +82,9 @@ pub fn run(args: RunArgs) -> Result<Exit> {
     result
 }
 
-async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
+async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let mut signals = Signals::install()?;
-    let plan = Plan::new(&args)?;
+    let plan = Plan::new(args)?;
     if let Step::End(exit) = nested::reenter(&plan, &mut signals).await? {
         return Ok(exit);
     }
@@ -141,7 +154,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
 }
 
 /// The fencing token of the first path given (for the metrics file).
-fn first_token(plan: &Plan<'_>, held: &[Node]) -> i64 {
+pub(crate) fn first_token(plan: &Plan<'_>, held: &[Node]) -> i64 {
     let first = plan.order.iter().position(|p| *p == plan.paths[0]);
     first.and_then(|i| held.get(i)).map_or(0, |node| node.czxid)
 }

@@ -20,6 +20,7 @@ mod faults_util;
 mod frozen_holder;
 mod harness;
 mod harness_selftest;
+mod hold;
 mod holder_data;
 mod holder_message;
 mod interop;

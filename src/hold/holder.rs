@@ -1,0 +1,343 @@
+//! The holder: zklock's own executable in a hidden mode, started by `zklock
+//! hold`, in a session of its own. It connects and waits as `zklock run`
+//! does (its stderr is the caller's until then), hands the variables to
+//! `zklock hold` on its stdout, detaches from both, and keeps the lock
+//! until the bound process exits, `zklock release` asks, --max-hold passes
+//! or the lock is lost (docs/design.md, "Holds").
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::pin::pin;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use rustix::process::{Pid, Signal};
+use tokio::io::unix::AsyncFd;
+use tokio::time::{Instant, sleep_until};
+
+use super::control::{Control, Released, Request};
+use crate::cli::{Cli, Command, HoldArgs, OnLost, RunArgs};
+use crate::command::signals::Signals;
+use crate::exit::{Exit, Failure, Step};
+use crate::lock::holder::HoldBinding;
+use crate::lock::lease;
+use crate::lock::queue;
+use crate::run::acquire::{Taken, abort_signal, take_locks};
+use crate::run::hold::{HeldLock, command_environment, held_status, lease_watch};
+use crate::run::metrics::Facts;
+use crate::run::plan::Plan;
+use crate::run::{drive, first_token, notify, once, ping};
+use crate::values::{Precision, rfc3339};
+
+/// argv[1] of the holder's hidden mode (see the keeper's).
+pub const HIDDEN_MODE: &str = "\u{1}zk-holder";
+
+pub fn is_hidden_mode() -> bool {
+    std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == HIDDEN_MODE)
+}
+
+/// How long, at least, an unbound holder answers `zklock release` after the
+/// lock was lost (docs/design.md, "Holds").
+const LINGER: Duration = Duration::from_secs(600);
+
+/// What the hold is bound to.
+struct Binding {
+    /// The calling process, when bound to it: a pidfd, robust to the reuse
+    /// of its pid.
+    bound: Option<Bound>,
+    max_hold: Option<Duration>,
+    on_lost: OnLost,
+}
+
+struct Bound {
+    pidfd: AsyncFd<OwnedFd>,
+    pid: i32,
+    name: String,
+}
+
+impl Bound {
+    /// Resolves once the process has exited (its pidfd reads ready).
+    async fn exited(&self) {
+        let _ = self.pidfd.readable().await;
+    }
+
+    fn terminate(&self) {
+        let _ = rustix::process::pidfd_send_signal(self.pidfd.get_ref(), Signal::TERM);
+    }
+}
+
+/// The holder's main: `zklock HIDDEN_MODE CALLER BOUND hold ARGS...`, where
+/// CALLER is the pid of the waiting `zklock hold` and BOUND the bound
+/// process's pid (its pidfd is our stdin), or `-`.
+pub fn main() -> Result<Exit> {
+    let mut argv = std::env::args_os().skip(2);
+    let caller = pid_arg(argv.next());
+    let bound_pid = pid_arg(argv.next());
+    // A session of our own: no terminal, no signal meant for the caller's
+    // job reaches us (the waiting `zklock hold` forwards those).
+    let _ = rustix::process::setsid();
+    // Until the lock is held, end with the waiting `zklock hold`.
+    rustix::process::set_parent_process_death_signal(Some(Signal::TERM))
+        .context("setting the parent-death signal")?;
+    if caller.is_none() || rustix::process::getppid().map(Pid::as_raw_pid) != caller {
+        return Ok(Exit::Signal(libc::SIGTERM));
+    }
+    let given: Vec<OsString> = argv.collect();
+    let args =
+        match Cli::try_parse_from(std::iter::once(OsString::from("zklock")).chain(given.clone())) {
+            Ok(Cli {
+                command: Command::Hold(args),
+            }) => args,
+            _ => {
+                return Err(Failure::usage(
+                    "the holder's command line is not `hold ...`",
+                ));
+            }
+        };
+    let on_lost = args.on_lost();
+    let HoldArgs { lock, max_hold, .. } = args;
+    let max_hold = max_hold.map(|d| d.0);
+    let args = RunArgs {
+        lock,
+        argv: Vec::new(),
+        shell: None,
+        kill_after: None,
+        max_runtime: None,
+    };
+    let what: Vec<OsString> = std::iter::once("zklock".into()).chain(given).collect();
+    let args = &args;
+    drive(args, |facts| async move {
+        // In the runtime: the pidfd is registered with its reactor.
+        let bound = match bound_pid {
+            Some(pid) => Some(bound_from_stdin(pid)?),
+            None => None,
+        };
+        let binding = Binding {
+            bound,
+            max_hold,
+            on_lost,
+        };
+        lifecycle(args, what, binding, facts).await
+    })
+}
+
+fn pid_arg(arg: Option<OsString>) -> Option<i32> {
+    arg?.to_str()?.parse().ok()
+}
+
+/// The bound process's pidfd, which `zklock hold` passed as our stdin;
+/// stdin becomes /dev/null.
+fn bound_from_stdin(pid: i32) -> Result<Bound> {
+    let stdin = rustix::stdio::stdin();
+    let pidfd = rustix::io::fcntl_dupfd_cloexec(stdin, 3).context("taking the pidfd")?;
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR,
+        rustix::fs::Mode::empty(),
+    )?;
+    rustix::stdio::dup2_stdin(&null)?;
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|name| name.trim_end().to_owned())
+        .unwrap_or_default();
+    // SAFETY: the AsyncFd owns the descriptor, which is neither closed nor
+    // replaced while it is registered.
+    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+        .context("watching the calling process")?;
+    Ok(Bound { pidfd, pid, name })
+}
+
+async fn lifecycle(
+    args: &RunArgs,
+    what: Vec<OsString>,
+    binding: Binding,
+    facts: Rc<Facts>,
+) -> Result<Exit> {
+    let mut signals = Signals::install()?;
+    let mut plan = Plan::holding(args, what)?;
+    let until = binding.max_hold.map(|max| SystemTime::now() + max);
+    plan.own.hold = Some(HoldBinding {
+        bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),
+        bound_name: binding.bound.as_ref().map(|b| b.name.clone()),
+        until: until.map(|at| rfc3339(at, Precision::Seconds)),
+    });
+    let plan = plan;
+    notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
+    let Taken {
+        session,
+        held,
+        watches,
+        policy,
+    } = match take_locks(&plan, &mut signals).await? {
+        Step::Go(taken) => taken,
+        Step::End(exit) => return Ok(exit),
+    };
+    let nodes: Vec<&str> = queue::paths(&held);
+    // Every way out before the hold is handed over deletes our nodes.
+    let started = async {
+        let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
+        facts.acquired(first_token(&plan, &held));
+        let record = match once::check(&plan, session.client(), &held, &facts).await? {
+            Step::Go(record) => record,
+            Step::End(skipped) => return Ok(Err(skipped)),
+        };
+        let control = Control::bind()?;
+        let mut vars = vec![(
+            "ZKLOCK_HOLD".to_owned(),
+            control.path().to_string_lossy().into_owned(),
+        )];
+        vars.extend(
+            env.iter()
+                .map(|(name, value)| ((*name).to_owned(), value.clone())),
+        );
+        hand_over(&vars)?;
+        Ok(Ok((env, record, control)))
+    };
+    let (env, record, control) = match started.await {
+        Ok(Ok(started)) => started,
+        Ok(Err(skipped)) => {
+            session.close(&nodes).await;
+            return Ok(skipped);
+        }
+        Err(err) => {
+            session.close(&nodes).await;
+            return Err(err);
+        }
+    };
+    facts.ran();
+    notify::ready(|| held_status(&env));
+    ping::started();
+    let mut lock = HeldLock {
+        nodes: held.iter().map(|node| node.path.clone()).collect(),
+        watches,
+        owner: session.id(),
+        ours: true,
+        record,
+    };
+    let (deadline, _handed) = lease::deadline(policy);
+    let acquired = plan.holder().acquired(std::process::id()).to_bytes();
+    let max_hold = binding.max_hold.map(|max| Instant::now() + max);
+    let ended = {
+        let watches = std::mem::take(&mut lock.watches);
+        let mut lost = pin!(lease_watch(
+            &plan, &session, &lock, watches, policy, &deadline, acquired
+        ));
+        loop {
+            tokio::select! {
+                reason = &mut lost => break Ended::Lost(reason),
+                () = bound_exit(&binding) => break Ended::BoundExited,
+                () = sleep_until(max_hold.unwrap_or_else(Instant::now)), if max_hold.is_some() => {
+                    break Ended::Lost(format!(
+                        "held for --max-hold {}",
+                        humantime::format_duration(binding.max_hold.unwrap_or_default())
+                    ));
+                }
+                signal = abort_signal(&mut signals) => break Ended::Signal(signal),
+                (request, asker) = control.next() => match request {
+                    Request::Paths => asker.paths(&plan.paths),
+                    Request::Release => break Ended::Release(asker),
+                },
+            }
+        }
+    };
+    let exit = match &ended {
+        Ended::Lost(_) => Exit::LockLost,
+        Ended::Signal(signal) => Exit::Signal(*signal),
+        Ended::BoundExited | Ended::Release(_) => Exit::Command(0),
+    };
+    if let (Ended::Lost(_), Some(bound), OnLost::Term) = (&ended, &binding.bound, binding.on_lost) {
+        bound.terminate();
+    }
+    notify::stopping();
+    if let Some(record) = lock.record.take() {
+        record.finish(&plan, session.client(), exit).await;
+    }
+    let release = session.release(&nodes);
+    let confirmed = session.close_after(release).await;
+    match ended {
+        Ended::Release(asker) => {
+            let released = match confirmed {
+                true => Released::Confirmed,
+                false => Released::Unconfirmed(
+                    "could not reach ZooKeeper to confirm the release: it is released when \
+                     the session expires"
+                        .into(),
+                ),
+            };
+            asker.released(&released);
+        }
+        Ended::Lost(reason) => linger(&control, &binding, &mut signals, &reason, &plan.paths).await,
+        Ended::BoundExited | Ended::Signal(_) => {}
+    }
+    Ok(exit)
+}
+
+/// Why the hold ended.
+enum Ended {
+    Lost(lease::LossReason),
+    BoundExited,
+    Signal(i32),
+    Release(super::control::Asker),
+}
+
+async fn bound_exit(binding: &Binding) {
+    match &binding.bound {
+        Some(bound) => bound.exited().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// After a lost lock: answers `zklock release` with why (76), until the
+/// bound process exits, or, unbound, for as long as --max-hold again and at
+/// least [`LINGER`] (a forgotten release ends).
+async fn linger(
+    control: &Control,
+    binding: &Binding,
+    signals: &mut Signals,
+    reason: &str,
+    paths: &[&str],
+) {
+    let until = Instant::now() + binding.max_hold.unwrap_or_default().max(LINGER);
+    loop {
+        tokio::select! {
+            () = bound_exit(binding) => return,
+            () = sleep_until(until), if binding.bound.is_none() => return,
+            _ = abort_signal(signals) => return,
+            (request, asker) = control.next() => match request {
+                Request::Paths => asker.paths(paths),
+                Request::Release => {
+                    asker.released(&Released::Lost(reason.to_owned()));
+                    return;
+                }
+            },
+        }
+    }
+}
+
+/// Gives the variables to the waiting `zklock hold` (one JSON line on our
+/// stdout), then leaves its stdout and stderr: nothing of ours reaches the
+/// caller's terminal or pipes after it returned.
+fn hand_over(vars: &[(String, String)]) -> Result<()> {
+    // Before the caller can exit: its end must not end us now.
+    rustix::process::set_parent_process_death_signal(None)
+        .context("clearing the parent-death signal")?;
+    let line = format!("{}\n", serde_json::json!(vars));
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(line.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("handing the hold over to `zklock hold`")?;
+    drop(stdout);
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR,
+        rustix::fs::Mode::empty(),
+    )?;
+    rustix::stdio::dup2_stdout(&null)?;
+    rustix::stdio::dup2_stderr(&null)?;
+    Ok(())
+}
