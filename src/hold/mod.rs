@@ -160,7 +160,14 @@ pub fn release(args: ReleaseArgs) -> Result<Exit> {
             "no such hold: {} (released already, or its holder has ended)",
             socket.display()
         ))),
-        Err(Unanswered::Refused(why)) => Err(Failure::usage(why)),
+        Err(Unanswered::Refused(why)) => Err(Failure::new(Exit::NoPermission, why).into()),
+        Err(Unanswered::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(Failure::new(
+                Exit::NoPermission,
+                format!("{}: {err} (a hold of another user?)", socket.display()),
+            )
+            .into())
+        }
         Err(Unanswered::Io(err)) => {
             Err(err).context(format!("asking the holder at {}", socket.display()))
         }

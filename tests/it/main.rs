@@ -21,6 +21,8 @@ mod frozen_holder;
 mod harness;
 mod harness_selftest;
 mod hold;
+mod hold_faults;
+mod hold_formats;
 mod holder_data;
 mod holder_message;
 mod interop;
