@@ -28,6 +28,7 @@ use crate::lock::queue;
 use crate::run::acquire::{Taken, abort_signal, take_locks};
 use crate::run::hold::{HeldLock, command_environment, held_status, lease_watch};
 use crate::run::metrics::Facts;
+use crate::run::nested::{Entered, enter};
 use crate::run::plan::Plan;
 use crate::run::{drive, first_token, notify, once, ping};
 use crate::values::{Precision, rfc3339};
@@ -167,20 +168,38 @@ async fn lifecycle(
     });
     let plan = plan;
     notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
-    let Taken {
-        session,
-        held,
-        watches,
-        policy,
-    } = match take_locks(&plan, &mut signals).await? {
-        Step::Go(taken) => taken,
+    // Under an enclosing run or hold of the same paths: at once, under its
+    // nodes, which are not ours (docs/design.md, "Nested runs").
+    let (session, held, watches, policy, owner, ours) = match enter(&plan, &mut signals).await? {
         Step::End(exit) => return Ok(exit),
+        Step::Go(Some(Entered {
+            session,
+            policy,
+            owner,
+            held,
+        })) => (session, held, Vec::new(), policy, owner, false),
+        Step::Go(None) => match take_locks(&plan, &mut signals).await? {
+            Step::Go(Taken {
+                session,
+                held,
+                watches,
+                policy,
+            }) => {
+                let owner = session.id();
+                (session, held, watches, policy, owner, true)
+            }
+            Step::End(exit) => return Ok(exit),
+        },
     };
-    let nodes: Vec<&str> = queue::paths(&held);
+    // The order `held` is in, and what is ours to delete.
+    let (order, nodes): (&[&str], Vec<&str>) = match ours {
+        true => (&plan.order, queue::paths(&held)),
+        false => (&plan.paths, Vec::new()),
+    };
     // Every way out before the hold is handed over deletes our nodes.
     let started = async {
-        let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
-        facts.acquired(first_token(&plan, &held));
+        let env = command_environment(&plan.paths, order, &held, owner, &plan.connect);
+        facts.acquired(first_token(&plan.paths, order, &held));
         let record = match once::check(&plan, session.client(), &held, &facts).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Err(skipped)),
@@ -214,8 +233,8 @@ async fn lifecycle(
     let mut lock = HeldLock {
         nodes: held.iter().map(|node| node.path.clone()).collect(),
         watches,
-        owner: session.id(),
-        ours: true,
+        owner,
+        ours,
         record,
     };
     let (deadline, _handed) = lease::deadline(policy);

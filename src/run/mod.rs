@@ -6,7 +6,7 @@ pub(crate) mod acquire;
 mod give_up;
 pub(crate) mod hold;
 pub(crate) mod metrics;
-mod nested;
+pub(crate) mod nested;
 pub(crate) mod notify;
 pub(crate) mod once;
 pub(crate) mod ping;
@@ -110,7 +110,7 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
-    facts.acquired(first_token(&plan, &held));
+    facts.acquired(first_token(&plan.paths, &plan.order, &held));
     let record = match once::check(&plan, session.client(), &held, &facts).await {
         Ok(Step::Go(record)) => record,
         Ok(Step::End(skipped)) => {
@@ -153,8 +153,9 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     Ok(exit)
 }
 
-/// The fencing token of the first path given (for the metrics file).
-pub(crate) fn first_token(plan: &Plan<'_>, held: &[Node]) -> i64 {
-    let first = plan.order.iter().position(|p| *p == plan.paths[0]);
+/// The fencing token of the first path given (for the metrics file), of
+/// `held` in `order`.
+pub(crate) fn first_token(paths: &[&str], order: &[&str], held: &[Node]) -> i64 {
+    let first = order.iter().position(|p| *p == paths[0]);
     first.and_then(|i| held.get(i)).map_or(0, |node| node.czxid)
 }

@@ -289,3 +289,35 @@ fn not_acquired_prints_nothing_and_exits_as_run() {
     let _ = holder.0.wait();
     place.assert_clean(&zk);
 }
+
+#[test]
+fn a_hold_nested_in_a_hold_or_a_run_holds_at_once_under_it() {
+    let place = Place::new("hold-nested-hold");
+    let zk = inspector(&place);
+    let out = place.run(
+        r#"set -e
+        eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
+        outer=$ZKLOCK_HOLD
+        echo "$ZKLOCK_FENCING_TOKEN"
+        (
+            eval "$("$ZKLOCK" hold -n -z "$ZK" "$P")"
+            echo "$ZKLOCK_FENCING_TOKEN"
+            test "$ZKLOCK_HOLD" != "$outer"
+            "$ZKLOCK" release
+        )
+        # The inner release left the outer hold in place.
+        if "$ZKLOCK" status -z "$ZK" "$P" > /dev/null; then echo free; fi
+        "$ZKLOCK" release
+        "$ZKLOCK" run -z "$ZK" "$P" -- bash -c '
+            echo "$ZKLOCK_FENCING_TOKEN"
+            eval "$("$ZKLOCK" hold -n -z "$ZK" "$P")"
+            echo "$ZKLOCK_FENCING_TOKEN"
+            "$ZKLOCK" release'"#,
+    );
+    out.assert_code(0);
+    let tokens: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(tokens.len(), 4, "{}", out.stdout);
+    assert_eq!(tokens[0], tokens[1]);
+    assert_eq!(tokens[2], tokens[3]);
+    place.assert_clean(&zk);
+}
