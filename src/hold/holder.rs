@@ -9,7 +9,6 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::pin::pin;
-use std::rc::Rc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
@@ -27,10 +26,9 @@ use crate::lock::lease;
 use crate::lock::queue;
 use crate::run::acquire::{Taken, abort_signal, take_locks};
 use crate::run::hold::{HeldLock, command_environment, held_status, lease_watch};
-use crate::run::metrics::Facts;
 use crate::run::nested::{Entered, enter};
 use crate::run::plan::Plan;
-use crate::run::{drive, first_token, notify, once, ping};
+use crate::run::{Outputs, drive, first_token, notify, once, ping};
 use crate::values::{Precision, rfc3339};
 
 /// argv[1] of the holder's hidden mode (see the keeper's).
@@ -112,7 +110,7 @@ pub fn main() -> Result<Exit> {
     };
     let what: Vec<OsString> = std::iter::once("zklock".into()).chain(given).collect();
     let args = &args;
-    drive(args, |facts| async move {
+    drive(args, |outputs| async move {
         // In the runtime: the pidfd is registered with its reactor.
         let bound = match bound_pid {
             Some(pid) => Some(bound_from_stdin(pid)?),
@@ -123,7 +121,7 @@ pub fn main() -> Result<Exit> {
             max_hold,
             on_lost,
         };
-        lifecycle(args, what, binding, facts).await
+        lifecycle(args, what, binding, &outputs).await
     })
 }
 
@@ -156,8 +154,9 @@ async fn lifecycle(
     args: &RunArgs,
     what: Vec<OsString>,
     binding: Binding,
-    facts: Rc<Facts>,
+    outputs: &Outputs,
 ) -> Result<Exit> {
+    let facts = &outputs.facts;
     let mut signals = Signals::install()?;
     let mut plan = Plan::holding(args, what)?;
     let until = binding.max_hold.map(|max| SystemTime::now() + max);
@@ -200,7 +199,7 @@ async fn lifecycle(
     let started = async {
         let env = command_environment(&plan.paths, order, &held, owner, &plan.connect);
         facts.acquired(first_token(&plan.paths, order, &held));
-        let record = match once::check(&plan, session.client(), &held, &facts).await? {
+        let record = match once::check(&plan, session.client(), &held, facts).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Err(skipped)),
         };
@@ -289,7 +288,11 @@ async fn lifecycle(
             };
             asker.released(&released);
         }
-        Ended::Lost(reason) => linger(&control, &binding, &mut signals, &reason, &plan.paths).await,
+        Ended::Lost(reason) => {
+            // The outcome now, not when the lingering ends.
+            outputs.finish(&Ok(exit));
+            linger(&control, &binding, &mut signals, &reason, &plan.paths).await;
+        }
         Ended::BoundExited | Ended::Signal(_) => {}
     }
     Ok(exit)

@@ -13,6 +13,7 @@ pub(crate) mod ping;
 pub(crate) mod plan;
 mod wait;
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 
@@ -31,16 +32,16 @@ use crate::report::Report;
 use crate::values::human_ms;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
-    drive(&args, |facts| lifecycle(&args, facts))
+    drive(&args, |outputs| lifecycle(&args, Rc::clone(&outputs.facts)))
 }
 
 /// Runs `lifecycle` on a current-thread runtime, with the outputs that
 /// follow a run's life around it: the metrics file and the health-check
-/// pings (docs/design.md, "Metrics file"). Shared with `zklock hold`'s
-/// holder, whose hold is its "command".
+/// pings (docs/design.md, "Metrics file"), given the outcome once it is
+/// known. Shared with `zklock hold`'s holder, whose hold is its "command".
 pub(crate) fn drive<F, Fut>(args: &RunArgs, lifecycle: F) -> Result<Exit>
 where
-    F: FnOnce(Rc<metrics::Facts>) -> Fut,
+    F: FnOnce(Rc<Outputs>) -> Fut,
     Fut: Future<Output = Result<Exit>>,
 {
     // Before the runtime starts any thread: they inherit this mask.
@@ -63,23 +64,47 @@ where
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let facts = Rc::new(metrics::Facts::new());
-    let verbosity = args.verbosity();
-    let result = runtime.block_on(lifecycle(Rc::clone(&facts)));
+    let outputs = Rc::new(Outputs {
+        facts: Rc::new(metrics::Facts::new()),
+        metrics: RefCell::new(metrics),
+        finished: Cell::new(false),
+        verbosity: args.verbosity(),
+    });
+    let result = runtime.block_on(lifecycle(Rc::clone(&outputs)));
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
     runtime.shutdown_background();
-    // After the lock is released: a slow check delays only zklock's exit.
-    facts.ping_failures(ping::finish(&result, facts.has_run(), facts.skip()));
-    if let Some(metrics) = metrics {
-        if let Err(err) = metrics.write(&result, &facts) {
-            Report(verbosity).error(format_args!(
-                "cannot write the metrics file {}: {err}",
-                metrics.path().display()
-            ));
+    outputs.finish(&result);
+    result
+}
+
+/// The outputs given the outcome (see [`drive`]).
+pub(crate) struct Outputs {
+    pub(crate) facts: Rc<metrics::Facts>,
+    metrics: RefCell<Option<metrics::MetricsFile>>,
+    finished: Cell<bool>,
+    verbosity: crate::report::Verbosity,
+}
+
+impl Outputs {
+    /// Pings and writes the metrics file for `result`, once: a holder whose
+    /// lock is lost reports it then, not when it ends.
+    pub(crate) fn finish(&self, result: &Result<Exit>) {
+        if self.finished.replace(true) {
+            return;
+        }
+        let facts = &self.facts;
+        // After the lock is released: a slow check delays only zklock's exit.
+        facts.ping_failures(ping::finish(result, facts.has_run(), facts.skip()));
+        if let Some(metrics) = self.metrics.borrow_mut().take() {
+            if let Err(err) = metrics.write(result, facts) {
+                Report(self.verbosity).error(format_args!(
+                    "cannot write the metrics file {}: {err}",
+                    metrics.path().display()
+                ));
+            }
         }
     }
-    result
 }
 
 async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
