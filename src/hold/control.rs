@@ -186,7 +186,11 @@ pub enum Unanswered {
 /// answer (for a release, once ZooKeeper answered the delete).
 fn ask(socket: &Path, request: Request) -> Result<String, Unanswered> {
     let mut stream = UnixStream::connect(socket).map_err(|err| match err.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => Unanswered::NoHold,
+        io::ErrorKind::NotFound => Unanswered::NoHold,
+        io::ErrorKind::ConnectionRefused => {
+            forget_stale(socket);
+            Unanswered::NoHold
+        }
         _ => Unanswered::Io(err),
     })?;
     let me = rustix::process::getuid().as_raw();
@@ -213,6 +217,15 @@ fn ask(socket: &Path, request: Request) -> Result<String, Unanswered> {
         return Err(Unanswered::NoHold);
     }
     Ok(answer)
+}
+
+/// Removes a socket nobody listens on (its holder was killed), if it is in
+/// our runtime directory: nothing is left there.
+fn forget_stale(socket: &Path) {
+    let ours = runtime_dir(false).ok();
+    if ours.is_some() && socket.parent() == ours.as_deref() {
+        let _ = std::fs::remove_file(socket);
+    }
 }
 
 /// Asks the holder at `socket` to release.

@@ -56,7 +56,8 @@ struct Binding {
 struct Bound {
     pidfd: AsyncFd<OwnedFd>,
     pid: i32,
-    name: String,
+    /// Its name (`comm`), if it could still be read.
+    name: Option<String>,
 }
 
 impl Bound {
@@ -134,15 +135,11 @@ fn pid_arg(arg: Option<OsString>) -> Option<i32> {
 fn bound_from_stdin(pid: i32) -> Result<Bound> {
     let stdin = rustix::stdio::stdin();
     let pidfd = rustix::io::fcntl_dupfd_cloexec(stdin, 3).context("taking the pidfd")?;
-    let null = rustix::fs::open(
-        "/dev/null",
-        rustix::fs::OFlags::RDWR,
-        rustix::fs::Mode::empty(),
-    )?;
-    rustix::stdio::dup2_stdin(&null)?;
+    rustix::stdio::dup2_stdin(dev_null()?)?;
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
         .map(|name| name.trim_end().to_owned())
-        .unwrap_or_default();
+        .filter(|name| !name.is_empty());
     // SAFETY: the AsyncFd owns the descriptor, which is neither closed nor
     // replaced while it is registered.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
@@ -162,7 +159,7 @@ async fn lifecycle(
     let until = binding.max_hold.map(|max| SystemTime::now() + max);
     plan.own.hold = Some(HoldBinding {
         bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),
-        bound_name: binding.bound.as_ref().map(|b| b.name.clone()),
+        bound_name: binding.bound.as_ref().and_then(|b| b.name.clone()),
         until: until.map(|at| rfc3339(at, Precision::Seconds)),
     });
     let plan = plan;
@@ -354,12 +351,17 @@ fn hand_over(vars: &[(String, String)]) -> Result<()> {
         .and_then(|()| stdout.flush())
         .context("handing the hold over to `zklock hold`")?;
     drop(stdout);
-    let null = rustix::fs::open(
-        "/dev/null",
-        rustix::fs::OFlags::RDWR,
-        rustix::fs::Mode::empty(),
-    )?;
+    let null = dev_null()?;
     rustix::stdio::dup2_stdout(&null)?;
     rustix::stdio::dup2_stderr(&null)?;
     Ok(())
+}
+
+/// What the holder's stdio becomes: nothing of the caller's stays open.
+fn dev_null() -> rustix::io::Result<OwnedFd> {
+    rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR,
+        rustix::fs::Mode::empty(),
+    )
 }

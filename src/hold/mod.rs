@@ -7,7 +7,7 @@ mod control;
 mod format;
 pub mod holder;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -64,7 +64,12 @@ pub fn hold(args: HoldArgs) -> Result<Exit> {
         let vars: Vec<(String, String)> =
             serde_json::from_str(&line).context("reading the holder's variables")?;
         let printed = format::render(args.format, &vars);
-        if let Err(err) = report::write_stdout(printed.as_bytes()) {
+        let mut stdout = std::io::stdout().lock();
+        let written = stdout
+            .write_all(printed.as_bytes())
+            .and_then(|()| stdout.flush());
+        // A closed stdout too: the caller is gone, or cannot read them.
+        if let Err(err) = written {
             // Nobody will know of the hold: let it go.
             let socket = vars.iter().find(|(name, _)| name == "ZKLOCK_HOLD");
             if let Some((_, socket)) = socket {

@@ -67,6 +67,11 @@ impl Place {
         cmd
     }
 
+    /// The script running, killed if the test ends first.
+    pub fn spawn(&self, script: &str) -> KillOnDrop {
+        KillOnDrop(self.bash(script).spawn().unwrap())
+    }
+
     pub fn run(&self, script: &str) -> Outcome {
         run_bounded(&mut self.bash(script), LONG)
     }
@@ -135,14 +140,9 @@ fn the_lock_ends_with_the_shell_however_it_exits() {
     place.assert_clean(&zk);
 
     let place = Place::new("hold-kill");
-    let mut shell = KillOnDrop(
-        place
-            .bash(
-                r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo held > "$OUT/held"
+    let mut shell = place.spawn(
+        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo held > "$OUT/held"
                 while true; do sleep 1; done"#,
-            )
-            .spawn()
-            .unwrap(),
     );
     assert!(wait_for_file(place.file("held"), LONG));
     assert!(!place.is_free(&zk));
@@ -195,9 +195,44 @@ fn until_released_needs_max_hold() {
     let out = place.run(r#""$ZKLOCK" hold --until-released -z "$ZK" "$P""#);
     out.assert_code(64);
     assert_eq!(out.stdout, "");
+    let out =
+        place.run(r#""$ZKLOCK" hold --until-released --max-hold 1m --on-lost term -z "$ZK" "$P""#);
+    out.assert_code(64);
+    assert!(out.one_error_line().contains("--on-lost"));
     let out = place.run(r#""$ZKLOCK" release"#);
     out.assert_code(64);
     assert!(out.one_error_line().contains("ZKLOCK_HOLD"));
+}
+
+#[test]
+fn a_killed_holders_socket_is_removed_by_the_next_release() {
+    let place = Place::new("hold-killed");
+    let zk = inspector(&place);
+    place
+        .run(
+            r#""$ZKLOCK" hold --until-released --max-hold 10m --session-timeout 4s \
+            -z "$ZK" "$P" > "$OUT/vars""#,
+        )
+        .assert_code(0);
+    let socket = std::fs::read_dir(place.runtime_dir())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let name = socket.file_name().unwrap().to_str().unwrap();
+    let pid: i32 = name["hold-".len()..name.len() - ".sock".len()]
+        .parse()
+        .unwrap();
+    signal(pid, libc::SIGKILL);
+    wait_until(LONG, "the holder is gone", || {
+        !crate::harness::pid_alive(pid)
+    });
+    let out = place.run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#);
+    out.assert_code(64);
+    assert!(!socket.exists());
+    // Its session ends on the server, with the node.
+    place.assert_clean(&zk);
 }
 
 #[test]
@@ -223,15 +258,10 @@ fn max_hold_ends_a_forgotten_hold_and_release_then_says_why() {
 fn a_deleted_node_terminates_the_bound_shell_and_release_exits_76() {
     let place = Place::new("hold-deleted");
     let zk = inspector(&place);
-    let mut shell = KillOnDrop(
-        place
-            .bash(
-                r#"trap '"$ZKLOCK" release 2> "$OUT/why"; echo $? > "$OUT/rc"; exit 143' TERM
+    let mut shell = place.spawn(
+        r#"trap '"$ZKLOCK" release 2> "$OUT/why"; echo $? > "$OUT/rc"; exit 143' TERM
                 eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo "$ZKLOCK_NODE" > "$OUT/node"
                 while true; do sleep 0.1; done"#,
-            )
-            .spawn()
-            .unwrap(),
     );
     assert!(wait_for_file(place.file("node"), LONG));
     let node = read(&place.file("node")).trim().to_owned();
@@ -269,14 +299,9 @@ fn a_run_nested_in_a_hold_runs_at_once_under_it() {
 fn not_acquired_prints_nothing_and_exits_as_run() {
     let place = Place::new("hold-busy");
     let zk = inspector(&place);
-    let mut holder = KillOnDrop(
-        place
-            .bash(
-                r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
+    let mut holder = place.spawn(
+        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
                 while true; do sleep 0.1; done"#,
-            )
-            .spawn()
-            .unwrap(),
     );
     assert!(wait_for_file(place.file("held"), LONG));
     let out = place.run(r#""$ZKLOCK" hold -n -z "$ZK" "$P""#);

@@ -17,16 +17,11 @@ fn a_session_lost_at_the_proxy_terminates_the_bound_shell() {
     let zk = Inspector::connect(&server.connect_string());
     let proxy = FaultProxy::start(server.addr());
     let place = Place::at(&proxy.connect_string(), "hold-blackhole");
-    let mut shell = KillOnDrop(
-        place
-            .bash(
-                r#"trap 'echo term > "$OUT/term"; exit 143' TERM
+    let mut shell = place.spawn(
+        r#"trap 'echo term > "$OUT/term"; exit 143' TERM
                 eval "$("$ZKLOCK" hold --session-timeout 3s -z "$ZK" "$P")"
                 echo held > "$OUT/held"
                 while true; do sleep 0.1; done"#,
-            )
-            .spawn()
-            .unwrap(),
     );
     assert!(wait_for_file(place.file("held"), LONG));
     proxy.set_mode(Mode::Blackhole);
