@@ -446,6 +446,34 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_says_what_it_is_bound_to() {
+        let bound = HolderData {
+            hold: Some(HoldBinding {
+                bound_pid: Some(4242),
+                bound_name: Some("bash\n".into()),
+                until: None,
+            }),
+            ..HolderData::ours(&["zklock".into(), "hold".into()], None)
+        };
+        let me = std::process::id();
+        let held = describe(&seen(&bound.acquired(me).to_bytes())).unwrap();
+        assert!(held.starts_with(&format!("pid {me} on ")), "{held}");
+        assert!(
+            held.contains(", bound to pid 4242 (bash\\n) since 2026-11-22T10:20:00Z: zklock hold"),
+            "{held}"
+        );
+        let unbound = HoldBinding {
+            bound_pid: None,
+            bound_name: None,
+            until: Some("2026-11-22T11:00:00Z".into()),
+        };
+        assert_eq!(
+            unbound.describe(),
+            "until released, at most until 2026-11-22T11:00:00Z"
+        );
+    }
+
+    #[test]
     fn long_commands_are_cut_visibly() {
         assert_eq!(truncate("abc", 3), "abc");
         assert_eq!(truncate("abcdef", 4), "abcd…[+2 bytes]");
