@@ -7,7 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
 use crate::harness::{
-    FaultProxy, Inspector, KillOnDrop, LockLog, Mode, shared_server, wait_for_file, wait_until,
+    FaultProxy, Inspector, KillOnDrop, LockLog, Mode, shared_server, signal, wait_for_file,
+    wait_until,
 };
 use crate::hold::{LONG, Place, inspector, read};
 
@@ -139,5 +140,46 @@ fn holds_and_runs_of_one_path_exclude_each_other() {
     log.assert_exclusive();
     log.assert_tokens_increase();
     wait_until(LONG, "the lock is free", || place.is_free(&zk));
+    place.assert_clean(&zk);
+}
+
+/// A `zklock hold` waiting behind `place`'s holder, started directly (its
+/// pid is the test's to signal); returns once it has queued.
+fn waiting_hold(place: &Place, zk: &Inspector) -> KillOnDrop {
+    let waiter = place.spawn(r#"exec "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/waiter""#);
+    wait_until(LONG, "the waiter queued", || {
+        zk.tree(&place.path).len() >= 2
+    });
+    waiter
+}
+
+#[test]
+fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
+    let place = Place::new("hold-wait-signals");
+    let zk = inspector(&place);
+    let mut holder = place.spawn(
+        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
+        while true; do sleep 0.1; done"#,
+    );
+    assert!(wait_for_file(place.file("held"), LONG));
+    // The holder's node; a waiter makes 2.
+    assert_eq!(zk.tree(&place.path).len(), 1);
+    // Ctrl-C reaches `zklock hold`, which passes it on to its holder.
+    let mut waiter = waiting_hold(&place, &zk);
+    signal(waiter.0.id() as i32, libc::SIGINT);
+    assert_eq!(waiter.0.wait().unwrap().code(), Some(130));
+    wait_until(LONG, "the waiter's node is gone", || {
+        zk.tree(&place.path).len() == 1
+    });
+    // Killed, its holder follows it (a parent-death signal).
+    let mut waiter = waiting_hold(&place, &zk);
+    signal(waiter.0.id() as i32, libc::SIGKILL);
+    let _ = waiter.0.wait();
+    wait_until(LONG, "the waiter's node is gone", || {
+        zk.tree(&place.path).len() == 1
+    });
+    assert_eq!(read(&place.file("waiter")), "");
+    signal(holder.0.id() as i32, libc::SIGKILL);
+    let _ = holder.0.wait();
     place.assert_clean(&zk);
 }
