@@ -156,11 +156,11 @@ async fn lifecycle(
     let facts = &outputs.facts;
     let mut signals = Signals::install()?;
     let mut plan = Plan::holding(args, what)?;
-    let until = binding.max_hold.map(|max| SystemTime::now() + max);
+    // `until` is known once held: --max-hold counts from then.
     plan.own.hold = Some(HoldBinding {
         bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),
         bound_name: binding.bound.as_ref().and_then(|b| b.name.clone()),
-        until: until.map(|at| rfc3339(at, Precision::Seconds)),
+        until: None,
     });
     let plan = plan;
     notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
@@ -234,8 +234,13 @@ async fn lifecycle(
         record,
     };
     let (deadline, _handed) = lease::deadline(policy);
-    let acquired = plan.holder().acquired(std::process::id()).to_bytes();
     let max_hold = binding.max_hold.map(|max| Instant::now() + max);
+    let mut holder = plan.holder();
+    if let Some(hold) = &mut holder.hold {
+        let until = binding.max_hold.map(|max| SystemTime::now() + max);
+        hold.until = until.map(|at| rfc3339(at, Precision::Seconds));
+    }
+    let acquired = holder.acquired(std::process::id()).to_bytes();
     let ended = {
         let watches = std::mem::take(&mut lock.watches);
         let mut lost = pin!(lease_watch(

@@ -183,12 +183,18 @@ fn until_released_outlives_its_shell_and_is_released_from_another() {
     place.run(hold).assert_code(0);
     // The first step's shell is gone; the lock is still held.
     assert!(!place.is_free(&zk));
+    // Until its write once held, the node says what it is bound to; then
+    // until when, too.
     let status = place.run(r#""$ZKLOCK" status -z "$ZK" "$P""#);
     assert!(
-        status.stdout.contains("until released, at most until "),
+        status.stdout.contains(", until released"),
         "{}",
         status.stdout
     );
+    wait_until(LONG, "status says until when", || {
+        let status = place.run(r#""$ZKLOCK" status -z "$ZK" "$P""#);
+        status.stdout.contains(", until released, at most until ")
+    });
     let step = place.run(r#"eval "$(cat "$OUT/vars")"; echo "$ZKLOCK_FENCING_TOKEN""#);
     step.assert_code(0);
     assert!(step.stdout.trim().parse::<i64>().unwrap() > 0);
