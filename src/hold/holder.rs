@@ -259,15 +259,23 @@ async fn lifecycle(
                 signal = abort_signal(&mut signals) => break Ended::Signal(signal),
                 (request, asker) = control.next() => match request {
                     Request::Paths => asker.paths(&plan.paths),
-                    Request::Release => break Ended::Release(asker),
+                    Request::Release => break Ended::Release(asker, None),
                 },
             }
         }
     };
+    // A release asks ZooKeeper first (see `lease::lost_now`).
+    let ended = match ended {
+        Ended::Release(asker, None) => {
+            let lost = lease::lost_now(session.client(), &lock.nodes, owner).await;
+            Ended::Release(asker, lost)
+        }
+        ended => ended,
+    };
     let exit = match &ended {
-        Ended::Lost(_) => Exit::LockLost,
+        Ended::Lost(_) | Ended::Release(_, Some(_)) => Exit::LockLost,
         Ended::Signal(signal) => Exit::Signal(*signal),
-        Ended::BoundExited | Ended::Release(_) => Exit::Command(0),
+        Ended::BoundExited | Ended::Release(_, None) => Exit::Command(0),
     };
     if let (Ended::Lost(_), Some(bound), OnLost::Term) = (&ended, &binding.bound, binding.on_lost) {
         bound.terminate();
@@ -279,10 +287,11 @@ async fn lifecycle(
     let release = session.release(&nodes);
     let confirmed = session.close_after(release).await;
     match ended {
-        Ended::Release(asker) => {
-            let released = match confirmed {
-                true => Released::Confirmed,
-                false => Released::Unconfirmed(
+        Ended::Release(asker, lost) => {
+            let released = match (lost, confirmed) {
+                (Some(reason), _) => Released::Lost(reason),
+                (None, true) => Released::Confirmed,
+                (None, false) => Released::Unconfirmed(
                     "could not reach ZooKeeper to confirm the release: it is released when \
                      the session expires"
                         .into(),
@@ -305,7 +314,8 @@ enum Ended {
     Lost(lease::LossReason),
     BoundExited,
     Signal(i32),
-    Release(super::control::Asker),
+    /// Asked by `zklock release`; with why the lock was found lost then.
+    Release(super::control::Asker, Option<lease::LossReason>),
 }
 
 async fn bound_exit(binding: &Binding) {

@@ -183,3 +183,25 @@ fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
     let _ = holder.0.wait();
     place.assert_clean(&zk);
 }
+
+#[test]
+fn break_ends_a_hold_as_any_holder() {
+    let place = Place::new("hold-break");
+    let zk = inspector(&place);
+    place
+        .run(r#""$ZKLOCK" hold --until-released --max-hold 10m -z "$ZK" "$P" > "$OUT/vars""#)
+        .assert_code(0);
+    let out = place.run(r#""$ZKLOCK" break --yes -z "$ZK" "$P""#);
+    out.assert_code(0);
+    assert!(place.is_free(&zk));
+    let release = place.run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#);
+    release.assert_code(76);
+    assert!(
+        release
+            .one_error_line()
+            .contains("lost before this release"),
+        "{}",
+        release.stderr
+    );
+    place.assert_clean(&zk);
+}

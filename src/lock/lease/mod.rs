@@ -311,6 +311,30 @@ async fn any_node_lost(
     select_all(checks).await.0
 }
 
+/// Why a lock held through `nodes` is lost, if it is, by one round trip:
+/// a release that asks first never says "released" for a lock deleted a
+/// moment before, whose watch event is then still on its way.
+pub async fn lost_now(client: &zk::Client, nodes: &[String], owner: i64) -> Option<LossReason> {
+    let reads = nodes
+        .iter()
+        .map(|node| async move { (node, client.check_stat(node).await) });
+    for (node, read) in futures::future::join_all(reads).await {
+        match read {
+            Ok(Some(stat)) if stat.ephemeral_owner != owner => {
+                return Some(format!("{node} now belongs to another session"));
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Some(format!("{node} was deleted")),
+            Err(err) if is_session_lost(&err) => {
+                return Some("the ZooKeeper session expired".into());
+            }
+            // Not known to be lost: the release says what it can.
+            Err(_) => {}
+        }
+    }
+    None
+}
+
 /// Reads our nodes every `interval` (without a watch) until one is gone or
 /// not owned by `owner`.
 async fn nodes_lost_polling(
