@@ -1,35 +1,22 @@
 //! The holder: zklock's own executable in a hidden mode, started by `zklock
-//! hold`, in a session of its own. It connects and waits as `zklock run`
-//! does (its stderr is the caller's until then), hands the variables to
-//! `zklock hold` on its stdout, detaches from both, and keeps the lock
-//! until the bound process exits, `zklock release` asks, --max-hold passes
-//! or the lock is lost (docs/design.md, "Holds").
+//! hold`, in a session of its own (docs/design.md, "Holds"). This is the
+//! process: its arguments, the bound process's pidfd, and the hand-over of
+//! the variables on its stdout, after which it leaves the caller's stdio;
+//! its life with the lock is `lifecycle.rs`.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::pin::pin;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
 use rustix::process::{Pid, Signal};
 use tokio::io::unix::AsyncFd;
-use tokio::time::{Instant, sleep_until};
 
-use super::control::{Control, Released, Request};
 use crate::cli::{Cli, Command, HoldArgs, OnLost, RunArgs};
-use crate::command::signals::Signals;
-use crate::exit::{Exit, Failure, Step};
-use crate::lock::holder::HoldBinding;
-use crate::lock::lease;
-use crate::lock::queue;
-use crate::run::acquire::{Taken, abort_signal, take_locks};
-use crate::run::hold::{HeldLock, command_environment, held_status, lease_watch};
-use crate::run::nested::{Entered, enter};
-use crate::run::plan::Plan;
-use crate::run::{Outputs, drive, first_token, notify, once, ping};
-use crate::values::{Precision, rfc3339};
+use crate::exit::{Exit, Failure};
+use crate::run::drive;
 
 /// argv[1] of the holder's hidden mode (see the keeper's).
 pub const HIDDEN_MODE: &str = "\u{1}zk-holder";
@@ -40,33 +27,29 @@ pub fn is_hidden_mode() -> bool {
         .is_some_and(|arg| arg == HIDDEN_MODE)
 }
 
-/// How long, at least, an unbound holder answers `zklock release` after the
-/// lock was lost (docs/design.md, "Holds").
-const LINGER: Duration = Duration::from_secs(600);
-
 /// What the hold is bound to.
-struct Binding {
+pub(super) struct Binding {
     /// The calling process, when bound to it: a pidfd, robust to the reuse
     /// of its pid.
-    bound: Option<Bound>,
-    max_hold: Option<Duration>,
-    on_lost: OnLost,
+    pub(super) bound: Option<Bound>,
+    pub(super) max_hold: Option<Duration>,
+    pub(super) on_lost: OnLost,
 }
 
-struct Bound {
+pub(super) struct Bound {
     pidfd: AsyncFd<OwnedFd>,
-    pid: i32,
+    pub(super) pid: i32,
     /// Its name (`comm`), if it could still be read.
-    name: Option<String>,
+    pub(super) name: Option<String>,
 }
 
 impl Bound {
     /// Resolves once the process has exited (its pidfd reads ready).
-    async fn exited(&self) {
+    pub(super) async fn exited(&self) {
         let _ = self.pidfd.readable().await;
     }
 
-    fn terminate(&self) {
+    pub(super) fn terminate(&self) {
         let _ = rustix::process::pidfd_send_signal(self.pidfd.get_ref(), Signal::TERM);
     }
 }
@@ -122,7 +105,7 @@ pub fn main() -> Result<Exit> {
             max_hold,
             on_lost,
         };
-        lifecycle(args, what, binding, &outputs).await
+        super::lifecycle::lifecycle(args, what, binding, &outputs).await
     })
 }
 
@@ -147,215 +130,10 @@ fn bound_from_stdin(pid: i32) -> Result<Bound> {
     Ok(Bound { pidfd, pid, name })
 }
 
-async fn lifecycle(
-    args: &RunArgs,
-    what: Vec<OsString>,
-    binding: Binding,
-    outputs: &Outputs,
-) -> Result<Exit> {
-    let facts = &outputs.facts;
-    let mut signals = Signals::install()?;
-    let mut plan = Plan::holding(args, what)?;
-    // `until` is known once held: --max-hold counts from then.
-    plan.own.hold = Some(HoldBinding {
-        bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),
-        bound_name: binding.bound.as_ref().and_then(|b| b.name.clone()),
-        until: None,
-    });
-    let plan = plan;
-    notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
-    // Under an enclosing run or hold of the same paths: at once, under its
-    // nodes, which are not ours (docs/design.md, "Nested runs").
-    let (session, held, watches, policy, owner, ours) = match enter(&plan, &mut signals).await? {
-        Step::End(exit) => return Ok(exit),
-        Step::Go(Some(Entered {
-            session,
-            policy,
-            owner,
-            held,
-        })) => (session, held, Vec::new(), policy, owner, false),
-        Step::Go(None) => match take_locks(&plan, &mut signals).await? {
-            Step::Go(Taken {
-                session,
-                held,
-                watches,
-                policy,
-            }) => {
-                let owner = session.id();
-                (session, held, watches, policy, owner, true)
-            }
-            Step::End(exit) => return Ok(exit),
-        },
-    };
-    // The order `held` is in, and what is ours to delete.
-    let (order, nodes): (&[&str], Vec<&str>) = match ours {
-        true => (&plan.order, queue::paths(&held)),
-        false => (&plan.paths, Vec::new()),
-    };
-    // Every way out before the hold is handed over deletes our nodes.
-    let started = async {
-        let env = command_environment(&plan.paths, order, &held, owner, &plan.connect);
-        facts.acquired(first_token(&plan.paths, order, &held));
-        let record = match once::check(&plan, session.client(), &held, facts).await? {
-            Step::Go(record) => record,
-            Step::End(skipped) => return Ok(Err(skipped)),
-        };
-        let control = Control::bind()?;
-        let mut vars = vec![(
-            "ZKLOCK_HOLD".to_owned(),
-            control.path().to_string_lossy().into_owned(),
-        )];
-        vars.extend(
-            env.iter()
-                .map(|(name, value)| ((*name).to_owned(), value.clone())),
-        );
-        hand_over(&vars)?;
-        Ok(Ok((env, record, control)))
-    };
-    let (env, record, control) = match started.await {
-        Ok(Ok(started)) => started,
-        Ok(Err(skipped)) => {
-            session.close(&nodes).await;
-            return Ok(skipped);
-        }
-        Err(err) => {
-            session.close(&nodes).await;
-            return Err(err);
-        }
-    };
-    facts.ran();
-    notify::ready(|| held_status(&env));
-    ping::started();
-    let mut lock = HeldLock {
-        nodes: held.iter().map(|node| node.path.clone()).collect(),
-        watches,
-        owner,
-        ours,
-        record,
-    };
-    let (deadline, _handed) = lease::deadline(policy);
-    let max_hold = binding.max_hold.map(|max| Instant::now() + max);
-    let mut holder = plan.holder();
-    if let Some(hold) = &mut holder.hold {
-        let until = binding.max_hold.map(|max| SystemTime::now() + max);
-        hold.until = until.map(|at| rfc3339(at, Precision::Seconds));
-    }
-    let acquired = holder.acquired(std::process::id()).to_bytes();
-    let ended = {
-        let watches = std::mem::take(&mut lock.watches);
-        let mut lost = pin!(lease_watch(
-            &plan, &session, &lock, watches, policy, &deadline, acquired
-        ));
-        loop {
-            tokio::select! {
-                reason = &mut lost => break Ended::Lost(reason),
-                () = bound_exit(&binding) => break Ended::BoundExited,
-                () = sleep_until(max_hold.unwrap_or_else(Instant::now)), if max_hold.is_some() => {
-                    break Ended::Lost(format!(
-                        "held for --max-hold {}",
-                        humantime::format_duration(binding.max_hold.unwrap_or_default())
-                    ));
-                }
-                signal = abort_signal(&mut signals) => break Ended::Signal(signal),
-                (request, asker) = control.next() => match request {
-                    Request::Paths => asker.paths(&plan.paths),
-                    Request::Release => break Ended::Release(asker, None),
-                },
-            }
-        }
-    };
-    // A release asks ZooKeeper first (see `lease::lost_now`).
-    let ended = match ended {
-        Ended::Release(asker, None) => {
-            let lost = lease::lost_now(session.client(), &lock.nodes, owner).await;
-            Ended::Release(asker, lost)
-        }
-        ended => ended,
-    };
-    let exit = match &ended {
-        Ended::Lost(_) | Ended::Release(_, Some(_)) => Exit::LockLost,
-        Ended::Signal(signal) => Exit::Signal(*signal),
-        Ended::BoundExited | Ended::Release(_, None) => Exit::Command(0),
-    };
-    if let (Ended::Lost(_), Some(bound), OnLost::Term) = (&ended, &binding.bound, binding.on_lost) {
-        bound.terminate();
-    }
-    notify::stopping();
-    if let Some(record) = lock.record.take() {
-        record.finish(&plan, session.client(), exit).await;
-    }
-    let release = session.release(&nodes);
-    let confirmed = session.close_after(release).await;
-    match ended {
-        Ended::Release(asker, lost) => {
-            let released = match (lost, confirmed) {
-                (Some(reason), _) => Released::Lost(reason),
-                (None, true) => Released::Confirmed,
-                (None, false) => Released::Unconfirmed(
-                    "could not reach ZooKeeper to confirm the release: it is released when \
-                     the session expires"
-                        .into(),
-                ),
-            };
-            asker.released(&released);
-        }
-        Ended::Lost(reason) => {
-            // The outcome now, not when the lingering ends.
-            outputs.finish(&Ok(exit));
-            linger(&control, &binding, &mut signals, &reason, &plan.paths).await;
-        }
-        Ended::BoundExited | Ended::Signal(_) => {}
-    }
-    Ok(exit)
-}
-
-/// Why the hold ended.
-enum Ended {
-    Lost(lease::LossReason),
-    BoundExited,
-    Signal(i32),
-    /// Asked by `zklock release`; with why the lock was found lost then.
-    Release(super::control::Asker, Option<lease::LossReason>),
-}
-
-async fn bound_exit(binding: &Binding) {
-    match &binding.bound {
-        Some(bound) => bound.exited().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// After a lost lock: answers `zklock release` with why (76), until the
-/// bound process exits, or, unbound, for as long as --max-hold again and at
-/// least [`LINGER`] (a forgotten release ends).
-async fn linger(
-    control: &Control,
-    binding: &Binding,
-    signals: &mut Signals,
-    reason: &str,
-    paths: &[&str],
-) {
-    let until = Instant::now() + binding.max_hold.unwrap_or_default().max(LINGER);
-    loop {
-        tokio::select! {
-            () = bound_exit(binding) => return,
-            () = sleep_until(until), if binding.bound.is_none() => return,
-            _ = abort_signal(signals) => return,
-            (request, asker) = control.next() => match request {
-                Request::Paths => asker.paths(paths),
-                Request::Release => {
-                    asker.released(&Released::Lost(reason.to_owned()));
-                    return;
-                }
-            },
-        }
-    }
-}
-
 /// Gives the variables to the waiting `zklock hold` (one JSON line on our
 /// stdout), then leaves its stdout and stderr: nothing of ours reaches the
 /// caller's terminal or pipes after it returned.
-fn hand_over(vars: &[(String, String)]) -> Result<()> {
+pub(super) fn hand_over(vars: &[(String, String)]) -> Result<()> {
     // Before the caller can exit: its end must not end us now.
     rustix::process::set_parent_process_death_signal(None)
         .context("clearing the parent-death signal")?;

@@ -6,6 +6,7 @@
 mod control;
 mod format;
 pub mod holder;
+mod lifecycle;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
