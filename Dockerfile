@@ -2,7 +2,7 @@
 #   docker build -t zklock .
 #   docker run --rm zklock run -z zk1:2181 /locks/job -- echo hello
 # zklock reaps orphans when it runs as PID 1, so --init is not needed.
-# What the image holds, and why: README ("Container image") and docs/design.md
+# What the image holds, and why: README ("In a container") and docs/design.md
 # ("Choices made where the issues were silent"). .ci/image builds and tests it.
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
