@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by .ci scripts: a throwaway standalone ZooKeeper on loopback.
 #   zk_start DIR   starts one with its data and log in DIR, waits until it
 #                  answers, sets zk_pid and exports ZKLOCK_ZOOKEEPER
@@ -8,7 +9,7 @@
 zk_pid=
 
 zk_start() {
-  local dir=$1 port= candidate reply=
+  local dir=$1 port='' candidate reply=''
   for candidate in $(seq 22181 22281); do
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
   done
