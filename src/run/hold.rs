@@ -14,6 +14,8 @@ use super::notify;
 use super::once;
 use super::ping;
 use super::plan::Plan;
+use zklock::zk::burst::Burst;
+
 use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
 use crate::exit::Exit;
@@ -54,14 +56,10 @@ pub(super) async fn run_command(
     prepared: Prepared,
 ) -> Result<(Exit, Release)> {
     // Taken right after the lock was confirmed held.
-    let (deadline, handed) = lease::deadline(policy);
+    let (deadline, handed) = lease::deadline(session.client(), policy);
     let child = Child::spawn(prepared, env)?;
     notify::ready(|| held_status(env));
     ping::started();
-    let reattach = lease::Reattach {
-        settings: plan.connect.clone(),
-        session: session.client().session().clone(),
-    };
     // One write per node (docs/design.md, "Holder data"), only once the
     // command has run for ACQUIRED_WRITE_DELAY: the server serves a
     // session's requests in order, so a write in flight when a short
@@ -76,7 +74,6 @@ pub(super) async fn run_command(
         lock.watches,
         unwatched_from,
         policy,
-        &reattach,
         lock.owner,
         &deadline,
         plan.report,
@@ -89,13 +86,13 @@ pub(super) async fn run_command(
             return; // `written` dropped: the lease watches at once
         }
         tokio::time::sleep(ACQUIRED_WRITE_DELAY).await;
-        // The library sends a request when it is called, so the lease's
-        // reads go out after these writes.
-        let writes: Vec<_> = lock
-            .nodes
-            .iter()
-            .map(|node| session.client().set_data(node, &acquired, None))
+        // Written at once, in one write, so the lease's reads go out
+        // after these writes.
+        let mut burst = Burst::default();
+        let writes: Vec<_> = (lock.nodes.iter())
+            .map(|node| burst.set_data(node, &acquired, -1))
             .collect();
+        session.client().send(burst);
         let _ = written.send(true);
         join_all(writes).await;
     };
@@ -130,7 +127,8 @@ pub(super) async fn run_command(
     if let Some(record) = lock.record {
         record.finish(plan, session.client(), exit).await;
     }
-    // Sent while the lease still watches our nodes (see `Session::release`).
+    // The lease's watches are forgotten locally: nothing goes ahead of the
+    // deletes (see `Session::release`).
     let nodes: Vec<&str> = match lock.ours {
         true => lock.nodes.iter().map(String::as_str).collect(),
         false => Vec::new(),
