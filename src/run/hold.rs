@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
-use futures::future::{Either, join_all, select};
+use futures::future::{Either, select};
 
 use super::notify;
 use super::once;
@@ -78,8 +78,8 @@ pub(super) async fn run_command(
         &deadline,
         plan.report,
     );
-    // The answers matter to no one (correctness never depends on node
-    // data); awaiting them only lets the library deliver them.
+    // Their answers matter to no one (correctness never depends on node
+    // data; the lease's watches see a node gone): nothing awaits them.
     let recording = async {
         let written = written;
         if !lock.ours {
@@ -89,12 +89,11 @@ pub(super) async fn run_command(
         // Written at once, in one write, so the lease's reads go out
         // after these writes.
         let mut burst = Burst::default();
-        let writes: Vec<_> = (lock.nodes.iter())
-            .map(|node| burst.set_data(node, &acquired, -1))
-            .collect();
+        for node in &lock.nodes {
+            drop(burst.set_data(node, &acquired, -1));
+        }
         session.client().send(burst);
         let _ = written.send(true);
-        join_all(writes).await;
     };
     let lost = async {
         let lost = async {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::faults_util::{HOLD, LONG, Locker, members_serving, wait_children};
+use crate::faults_util::{HOLD, LONG, Locker, finish_two_runs, members_serving, wait_children};
 use crate::harness::{
     ClientSecurity, Ensemble, FaultProxy, Gated, Inspector, LockLog, Mode, SASL_PASSWORD,
     SASL_USER, Security, ServerOptions, ZkServer, assert_no_nodes, run_bounded, shared_server,
@@ -161,12 +161,7 @@ fn failover_sets_the_watches_again_and_the_waiter_gets_its_turn() {
         zk.exists(&waiter_node),
         "the waiter's node survives the move"
     );
-    holder.release();
-    holder.expect_exit(0, LONG);
-    waiter.expect_exit(0, LONG);
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_eq!(log.starts(), 2);
+    finish_two_runs(&mut holder, &mut waiter, &log);
     assert_no_nodes(&zk, &path);
 }
 

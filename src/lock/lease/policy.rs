@@ -57,10 +57,9 @@ impl LeasePolicy {
         (lease.saturating_sub(self.connection_timeout * 2)).max(lease / 3)
     }
 
-    /// How long after a disconnection is noticed the command may keep
-    /// running while the same session tries to come back, at least: a
-    /// silent server is noticed at most C after its last answer. This is
-    /// also how long zklock may be stopped with its command.
+    /// How long the command may keep running after C without an answer
+    /// while the same session tries to come back. This is also how long
+    /// zklock may be stopped with its command.
     pub fn grace(&self) -> Duration {
         match self.on_disconnect {
             OnDisconnect::Kill => Duration::ZERO,
