@@ -126,6 +126,7 @@ pub async fn create_node(
         let mut containers = true;
         let mut next = first;
         loop {
+            let made = tokio::time::Instant::now();
             let attempt = match next.take() {
                 Some(sent) => sent,
                 None => {
@@ -183,7 +184,7 @@ pub async fn create_node(
                 }
                 Err(err) if is_connection_loss(&err) => {
                     losses
-                        .lost()
+                        .lost(made)
                         .with_context(|| format!("creating a lock node under {dir}"))?;
                     if let Some(node) = find_own_node(client, dir, &own).await? {
                         if !anyone_may_delete(spec.acls) {

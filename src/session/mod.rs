@@ -63,8 +63,16 @@ pub fn is_session_lost(err: &Error) -> bool {
 /// request: a failover does that once or twice, while a request the server
 /// refuses (beyond `jute.maxbuffer`: it hangs up, the session stays alive)
 /// does it on every connection, within milliseconds. A count tells the two
-/// apart; a time bound could not.
+/// apart; a time bound could not. Only quick losses count (see
+/// [`QUICK_LOSS`]).
 pub const LOSSES_BEFORE_REFUSED: u32 = 5;
+
+/// A loss this long or longer after the request was made is no refusal: a
+/// server that refuses a request hangs up as it reads it, while a member
+/// that stalls (an election, a quorum lost) leaves the request unanswered
+/// until the client gives the connection up. Such a loss starts the count
+/// again.
+pub const QUICK_LOSS: Duration = Duration::from_secs(1);
 
 /// A request the server dropped the connection on every time.
 #[derive(Debug)]
@@ -90,8 +98,13 @@ impl std::error::Error for Refused {}
 pub struct Losses(u32);
 
 impl Losses {
-    /// Records a loss; an error once the request has to be taken as refused.
-    pub fn lost(&mut self) -> Result<(), Refused> {
+    /// Records a loss of the request made at `made`; an error once the
+    /// request has to be taken as refused.
+    pub fn lost(&mut self, made: Instant) -> Result<(), Refused> {
+        if made.elapsed() >= QUICK_LOSS {
+            self.0 = 0;
+            return Ok(());
+        }
         self.0 += 1;
         match self.0 < LOSSES_BEFORE_REFUSED {
             true => Ok(()),
@@ -111,8 +124,9 @@ where
 {
     let mut losses = Losses::default();
     loop {
+        let made = Instant::now();
         match call().await {
-            Err(err) if is_connection_loss(&err) && losses.lost().is_ok() => {}
+            Err(err) if is_connection_loss(&err) && losses.lost(made).is_ok() => {}
             result => return result,
         }
     }
@@ -308,6 +322,7 @@ impl Session {
                 mut closed,
             } = release;
             let mut losses = Losses::default();
+            let mut made = Instant::now();
             loop {
                 let mut lost = Vec::new();
                 for (node, answer) in nodes.into_iter().zip(deleted) {
@@ -331,13 +346,14 @@ impl Session {
                     }
                     return true;
                 }
-                if losses.lost().is_err() {
+                if losses.lost(made).is_err() {
                     return false;
                 }
                 let mut burst = Burst::default();
                 deleted = lost.iter().map(|node| burst.delete(node, -1)).collect();
                 closed = Some(burst.close());
                 client.send(burst);
+                made = Instant::now();
                 nodes = lost;
             }
         };
@@ -382,5 +398,21 @@ mod tests {
             }));
         assert_eq!(result, Err(Error::ConnectionLoss));
         assert_eq!(calls, LOSSES_BEFORE_REFUSED);
+    }
+
+    #[test]
+    fn only_quick_losses_count_as_a_refusal() {
+        let mut losses = Losses::default();
+        let quick = Instant::now();
+        for _ in 1..LOSSES_BEFORE_REFUSED {
+            losses.lost(quick).unwrap();
+        }
+        // A loss after a stall (an election) starts the count again.
+        losses.lost(Instant::now() - QUICK_LOSS).unwrap();
+        for _ in 1..LOSSES_BEFORE_REFUSED {
+            losses.lost(quick).unwrap();
+        }
+        let refused = losses.lost(quick).unwrap_err();
+        assert!(refused.to_string().contains("jute.maxbuffer"), "{refused}");
     }
 }

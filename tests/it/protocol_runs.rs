@@ -27,9 +27,10 @@ fn the_release_is_the_delete_and_the_close_nothing_ahead() {
     let server = shared_server();
     let path = unique_path("release-burst");
     let zk = Inspector::connect(&server.connect_string());
-    // A holder that did not wait (its node watched by the lease after the
-    // acquisition's write) and one that did (watched while waiting), each
-    // through a proxy of its own.
+    // A holder that did not wait and one that did, each through a proxy of
+    // its own. Either reads its node with a watch after the acquisition's
+    // write: the lease's first watch, or the one set while waiting fired by
+    // that write.
     let (first_proxy, second_proxy) = (
         FaultProxy::start(server.addr()),
         FaultProxy::start(server.addr()),
@@ -37,20 +38,20 @@ fn the_release_is_the_delete_and_the_close_nothing_ahead() {
     let first = Gated::start(zklock_run(&first_proxy.connect_string(), &path));
     let mut second = Gated::spawn(zklock_run(&second_proxy.connect_string(), &path));
     wait_children(&zk, &path, 2, LONG);
-    let release = |holder: Gated, proxy: &FaultProxy, watched_after_write: bool| {
-        wait_until(LONG, "the holder writes its node (and watches it)", || {
+    let release = |holder: Gated, proxy: &FaultProxy| {
+        wait_until(LONG, "the holder writes its node and watches it", || {
             let requests = proxy.requests();
             let written = requests.iter().rposition(|&op| op == SET_DATA);
-            written.is_some_and(|at| !watched_after_write || requests[at..].contains(&GET_DATA))
+            written.is_some_and(|at| requests[at..].contains(&GET_DATA))
         });
         let before = proxy.requests().len();
         assert!(holder.finish().success());
         let release = proxy.requests()[before..].to_vec();
         assert_eq!(release, [DELETE, CLOSE_SESSION], "{:?}", proxy.requests());
     };
-    release(first, &first_proxy, true);
+    release(first, &first_proxy);
     second.wait_started(LONG);
-    release(second, &second_proxy, false);
+    release(second, &second_proxy);
     assert_no_nodes(&zk, &path);
 }
 
