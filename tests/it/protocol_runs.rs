@@ -228,3 +228,35 @@ fn a_holder_under_sasl_watches_instead_of_polling() {
     assert!(holder.finish().success());
     assert_no_nodes(&zk, &path);
 }
+
+/// TLS with the server's certificate alone, and mutual TLS: a holder and a
+/// waiter behind it, each handing over within its session, nothing left.
+#[test]
+fn tls_and_mutual_tls_runs_hand_over() {
+    use crate::harness::{ClientAuth, ServerCert, pki};
+    for (client_auth, mutual) in [(ClientAuth::None, false), (ClientAuth::Need, true)] {
+        let server = ZkServer::start_with(ServerOptions {
+            security: Security::tls_with(client_auth, ServerCert::Good),
+            ..ServerOptions::default()
+        });
+        let path = unique_path("tls-hand-over");
+        let pki = pki();
+        let run = || {
+            let mut cmd = zklock_run(&server.connect_string(), &path);
+            cmd.arg("--tls-ca").arg(&pki.ca);
+            if mutual {
+                cmd.arg("--tls-cert").arg(&pki.client.cert);
+                cmd.arg("--tls-key").arg(&pki.client.key);
+            }
+            cmd
+        };
+        let holder = Gated::start(run());
+        let mut waiter = Gated::spawn(run());
+        let zk = Inspector::connect_secure(&server.connect_string(), &ClientSecurity::tls());
+        wait_children(&zk, &path, 2, LONG);
+        assert!(holder.finish().success(), "mutual TLS: {mutual}");
+        waiter.wait_started(LONG);
+        assert!(waiter.finish().success(), "mutual TLS: {mutual}");
+        assert_no_nodes(&zk, &path);
+    }
+}
