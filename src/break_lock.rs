@@ -6,7 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::cli::BreakArgs;
 use crate::exit::{Exit, Failure, Step};
@@ -188,21 +188,28 @@ fn confirmed(target: &Target) -> Result<bool> {
 /// another node (or, for the record, another version) now. A lock node is
 /// deleted at the data version just read, so a node replaced or rewritten
 /// in between is never deleted blindly.
-async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
+async fn delete_if_same(client: &zk::client::Client, target: &Target) -> Result<bool> {
     // A holder's own writes change its node's version; a few tries outlast them.
     for _ in 0..5 {
         let version = match target.shown {
             Shown::Record { version } => version,
-            Shown::Node { czxid } => match retrying(|| client.get_data(&target.path)).await {
-                Ok((_, stat)) if stat.czxid == czxid => stat.version,
-                Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
-                Err(err) => return Err(err).with_context(|| format!("reading {}", target.path)),
-            },
+            Shown::Node { czxid } => {
+                match retrying(|| client.call(|b| b.get_data(&target.path, false)))
+                    .await
+                    .map(|d| (d.data, d.stat))
+                {
+                    Ok((_, stat)) if stat.czxid == czxid => stat.version,
+                    Ok(_) | Err(zk::records::Error::NoNode) => return Ok(false),
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("reading {}", target.path));
+                    }
+                }
+            }
         };
-        match retrying(|| client.delete(&target.path, Some(version))).await {
+        match retrying(|| client.call(|b| b.delete(&target.path, version))).await {
             Ok(()) => return Ok(true),
-            Err(zk::Error::BadVersion) if matches!(target.shown, Shown::Node { .. }) => {}
-            Err(zk::Error::NoNode | zk::Error::BadVersion) => return Ok(false),
+            Err(zk::records::Error::BadVersion) if matches!(target.shown, Shown::Node { .. }) => {}
+            Err(zk::records::Error::NoNode | zk::records::Error::BadVersion) => return Ok(false),
             Err(err) => return Err(err).with_context(|| format!("deleting {}", target.path)),
         }
     }

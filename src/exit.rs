@@ -6,6 +6,8 @@
 
 use std::process::ExitCode;
 
+use zklock::zk::records::Error as ZkError;
+
 /// How `zklock` ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -76,8 +78,8 @@ impl Exit {
         if let Some(failure) = err.downcast_ref::<Failure>() {
             return failure.exit;
         }
-        match err.downcast_ref::<zookeeper_client::Error>() {
-            Some(zookeeper_client::Error::NoAuth | zookeeper_client::Error::AuthFailed) => {
+        match err.downcast_ref::<ZkError>() {
+            Some(ZkError::NoAuth | ZkError::AuthFailed | ZkError::SessionClosedRequireSaslAuth) => {
                 Exit::NoPermission
             }
             _ => Exit::Software,
@@ -179,9 +181,9 @@ mod tests {
         let unavailable =
             anyhow::Error::new(Failure::new(Exit::Unavailable, "no session")).context("connecting");
         assert_eq!(Exit::for_error(&unavailable), Exit::Unavailable);
-        let denied = anyhow::Error::new(zookeeper_client::Error::NoAuth).context("creating node");
+        let denied = anyhow::Error::new(ZkError::NoAuth).context("creating node");
         assert_eq!(Exit::for_error(&denied), Exit::NoPermission);
-        let other = anyhow::Error::new(zookeeper_client::Error::BadVersion);
+        let other = anyhow::Error::new(ZkError::BadVersion);
         assert_eq!(Exit::for_error(&other), Exit::Software);
         assert_eq!(Exit::for_error(&anyhow::anyhow!("boom")), Exit::Software);
     }

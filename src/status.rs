@@ -4,7 +4,7 @@ use std::time::SystemTime;
 
 use anyhow::Result;
 use serde::Serialize;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
@@ -52,7 +52,7 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
 }
 
 /// The lock at `path` with its run record and ACL warning.
-async fn lock_json(client: &zk::Client, path: &str, guarded: bool) -> Result<LockJson> {
+async fn lock_json(client: &zk::client::Client, path: &str, guarded: bool) -> Result<LockJson> {
     let (view, open) = tokio::join!(
         inspect::read_lock(client, path),
         open_dirs(client, path, guarded),
@@ -76,7 +76,11 @@ async fn lock_json(client: &zk::Client, path: &str, guarded: bool) -> Result<Loc
 /// leases and gate) whose ACL lets anyone delete them, with why; their ACLs
 /// are asked for all at once, alongside the lock's own reads. Nothing when
 /// not `guarded` or not readable.
-async fn open_dirs(client: &zk::Client, path: &str, guarded: bool) -> Vec<(String, String)> {
+async fn open_dirs(
+    client: &zk::client::Client,
+    path: &str,
+    guarded: bool,
+) -> Vec<(String, String)> {
     if !guarded {
         return Vec::new();
     }
@@ -85,8 +89,12 @@ async fn open_dirs(client: &zk::Client, path: &str, guarded: bool) -> Vec<(Strin
         recipe::child(path, SEMAPHORE_LEASES),
         recipe::child(path, SEMAPHORE_GATE),
     ];
-    let answers = futures::future::join_all(dirs.iter().map(|dir| client.get_acl(dir))).await;
-    let open = |(dir, answer): (String, Result<(Vec<zk::Acl>, zk::Stat), zk::Error>)| {
+    let answers =
+        futures::future::join_all(dirs.iter().map(|dir| client.call(|b| b.get_acl(dir)))).await;
+    let open = |(dir, answer): (
+        String,
+        Result<(Vec<zk::records::Acl>, zk::records::Stat), zk::records::Error>,
+    )| {
         let problem = nodes::open_dir_problem(&dir, &answer.ok()?.0)?;
         Some((dir, problem))
     };

@@ -168,7 +168,7 @@ fn is_forbidden_char(c: char) -> bool {
 /// A validated connect string: `host[:port][,host[:port]...][/chroot]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostList {
-    /// The string handed to the client library, ports filled in.
+    /// The connect string, ports filled in.
     connect_string: String,
     chroot: Option<String>,
 }

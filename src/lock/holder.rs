@@ -6,7 +6,7 @@ use std::ffi::OsString;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::values::{Precision, rfc3339, server_time};
 
@@ -254,8 +254,8 @@ pub struct Seen {
     pub mtime: i64,
 }
 
-impl From<(Vec<u8>, zk::Stat)> for Seen {
-    fn from((data, stat): (Vec<u8>, zk::Stat)) -> Seen {
+impl From<(Vec<u8>, zk::records::Stat)> for Seen {
+    fn from((data, stat): (Vec<u8>, zk::records::Stat)) -> Seen {
         Seen {
             data,
             ctime: stat.ctime,

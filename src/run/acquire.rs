@@ -6,6 +6,8 @@ use std::rc::Rc;
 
 use anyhow::Result;
 use tokio::time::Instant;
+use zklock::zk::burst::Burst;
+use zklock::zk::client::Client;
 
 use super::give_up::{deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
@@ -13,7 +15,7 @@ use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
-use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
+use crate::lock::queue::{self, Acquired, Creating, Node, NodeSpec, NodeWatch, Request};
 use crate::session::{Session, is_session_lost};
 use crate::values::human_ms;
 
@@ -40,7 +42,12 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
     // way out, errors included) erases the status line.
     let display = Rc::new(WaitDisplay::new(report, plan.wait));
     loop {
-        let (session, policy) = match connect(plan, signals).await? {
+        // Our first node's requests ride in the session's first burst,
+        // behind the handshake (docs/design.md, "Round trips").
+        let data = plan.holder().to_bytes();
+        let mut burst = Burst::default();
+        let first = first_attempt(plan, &data, &mut burst);
+        let (session, policy) = match connect(plan, signals, burst).await? {
             Step::Go(connected) => connected,
             Step::End(exit) => return Ok(Step::End(exit)),
         };
@@ -49,9 +56,17 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         let mut observer = WaitReport::new(report, Rc::clone(&display));
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
-        let data = plan.holder().to_bytes();
+        let taking = take_in_order(
+            plan,
+            session.client(),
+            &data,
+            first,
+            &mut owned,
+            &mut watches,
+            &mut observer,
+        );
         let result = tokio::select! {
-            result = take_in_order(plan, session.client(), &data, &mut owned, &mut watches, &mut observer) => result,
+            result = taking => result,
             // At the deadline, give up as when not waiting.
             () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
             signal = abort_signal(signals) => {
@@ -125,15 +140,30 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
     }
 }
 
-/// Connects, and applies the lease rule to the granted session timeout
-/// (refusing a --kill-after that does not fit; choosing one if unset);
-/// ends when a signal ends zklock meanwhile.
+/// The first attempt at our node in the first lock's directory, added to
+/// `burst` (not for a semaphore, whose first requests depend on answers).
+fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Creating> {
+    let marker = crate::lock::marker(plan.kind)?;
+    let spec = NodeSpec {
+        dir: plan.order.first()?,
+        marker,
+        data,
+        acls: &plan.acls,
+        list: true,
+    };
+    Some(spec.first_attempt(burst))
+}
+
+/// Connects with `burst` behind the handshake, and applies the lease rule
+/// to the granted session timeout (refusing a --kill-after that does not
+/// fit; choosing one if unset); ends when a signal ends zklock meanwhile.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     signals: &mut Signals,
+    burst: Burst,
 ) -> Result<Step<(Session, LeasePolicy)>> {
-    let session = tokio::select! {
-        session = Session::connect(&plan.connect) => session?,
+    let mut session = tokio::select! {
+        session = Session::open(&plan.connect, burst) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     plan.report.info(format_args!(
@@ -179,8 +209,9 @@ pub(super) async fn connect(
 /// holds exactly the held nodes, in that order.
 async fn take_in_order(
     plan: &Plan<'_>,
-    client: &zookeeper_client::Client,
+    client: &Client,
     data: &[u8],
+    mut first: Option<Creating>,
     owned: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
     observer: &mut WaitReport,
@@ -198,6 +229,7 @@ async fn take_in_order(
             supersede: plan.args.supersede,
             first_queued: plan.first_queued.get(),
             acls: &plan.acls,
+            first: Cell::new(first.take()),
         };
         last = crate::lock::acquire(&request, owned, observer).await?;
         match &mut last {

@@ -47,13 +47,8 @@ pub async fn give_up(
     let report = plan.report;
     // Of several paths, the one we stopped at.
     let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
-    if let Some(since) = unreachable_since {
-        // Nobody to ask who holds the lock: say what happened instead.
-        let timeout = session.timeout();
-        let nodes = queue::paths(owned);
-        let deleted = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, session.close(&nodes))
-            .await
-            .unwrap_or(false);
+    let timeout = session.timeout();
+    let unreachable = |since: Instant, deleted: bool| {
         let fate = match deleted {
             true => String::new(),
             false => format!(
@@ -65,20 +60,32 @@ pub async fn give_up(
             "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
             human_ms(since.elapsed()),
         ));
+    };
+    if let Some(since) = unreachable_since {
+        // Nobody to ask who holds the lock: say what happened instead.
+        let nodes = queue::paths(owned);
+        let deleted = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, session.close(&nodes))
+            .await
+            .unwrap_or(false);
+        unreachable(since, deleted);
     } else {
         let why = match plan.wait {
             true => "timed out waiting for",
             false => "not waiting for",
         };
+        // An idle waiter's connection may have died unnoticed since the
+        // server last heard from it: no answer to the cleanup says so.
+        let heard = session.client().heard();
         let cleanup = async {
             let holder = observer.holder_description(&session).await;
             session.close(&queue::paths(owned)).await;
             holder
         };
-        let holder = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup)
-            .await
-            .unwrap_or_default();
-        report.note(format_args!("{why} {held_path}{holder}"));
+        match tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await {
+            Ok(holder) => report.note(format_args!("{why} {held_path}{holder}")),
+            Err(_) if plan.wait => unreachable(heard, false),
+            Err(_) => report.note(format_args!("{why} {held_path}")),
+        }
     }
     Exit::Conflict(plan.args.conflict_exit_code)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tokio::time::Instant;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use super::metrics::{Facts, Skip};
 use super::plan::Plan;
@@ -32,7 +32,7 @@ pub struct Pending {
 /// no pending run without `--once-per`; the end when it is skipped.
 pub async fn check(
     plan: &Plan<'_>,
-    client: &zk::Client,
+    client: &zk::client::Client,
     held: &[Node],
     facts: &Rc<Facts>,
 ) -> Result<Step<Option<Pending>>> {
@@ -125,7 +125,7 @@ fn who(run: &RunRecord) -> String {
 impl Pending {
     /// Records the run that ended with `exit`; call it before releasing
     /// the lock. A failure to record is reported, never changes the exit.
-    pub async fn finish(self, plan: &Plan<'_>, client: &zk::Client, exit: Exit) {
+    pub async fn finish(self, plan: &Plan<'_>, client: &zk::client::Client, exit: Exit) {
         let end_ms = self.start_ms + self.started.elapsed().as_millis() as i64;
         let run = RunRecord {
             start_ms: self.start_ms,

@@ -55,6 +55,11 @@ impl Burst {
         self.0.is_empty()
     }
 
+    /// `other`'s requests after these, in one burst.
+    pub fn append(&mut self, other: Burst) {
+        self.0.extend(other.0);
+    }
+
     pub fn create(
         &mut self,
         path: &str,

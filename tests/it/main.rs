@@ -29,6 +29,7 @@ mod messages;
 mod multi_path;
 mod operator;
 mod ping;
+mod protocol_runs;
 mod reentrant;
 mod round_trips;
 mod run_basics;

@@ -100,9 +100,9 @@ impl WaitReport {
         let Some(first) = &self.first else {
             return String::new();
         };
-        let read = session.client().get_data(first);
+        let read = session.client().call(|b| b.get_data(first, false));
         let seen = match tokio::time::timeout(Duration::from_secs(1), read).await {
-            Ok(Ok(found)) => Some(Seen::from(found)),
+            Ok(Ok(found)) => Some(Seen::from((found.data, found.stat))),
             // What the display last read of it, if it is still the first.
             _ => (self.display.queue.borrow().as_ref())
                 .filter(|queue| queue.first == *first)

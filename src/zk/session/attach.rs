@@ -94,6 +94,7 @@ impl Driver {
             read_only: false,
         };
         let mut in_flight = VecDeque::new();
+        let sent = Instant::now();
         let exchange = self.exchange(&mut conn, &request, sasl, &mut in_flight);
         let response = match tokio::time::timeout(config.attempt_timeout, exchange).await {
             Ok(response) => response,
@@ -111,6 +112,7 @@ impl Driver {
                 self.link.send_modify(|link| {
                     link.state = State::Connected;
                     link.session_timeout = self.timeout;
+                    link.heard = link.heard.max(sent);
                 });
                 Ok(conn)
             }

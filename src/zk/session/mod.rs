@@ -50,6 +50,8 @@ impl Queued {
 struct InFlight {
     xid: i32,
     queued: Queued,
+    /// When it was written (about: just before the write).
+    sent: Instant,
 }
 
 /// Why serving a connection stopped.
@@ -131,15 +133,25 @@ impl Driver {
         let mut abandoned = false;
         let mut last_sent = Instant::now();
         let mut last_heard = Instant::now();
+        let mut ping_sent = None;
         loop {
             let ping_at = last_sent + third;
-            let dead_at = last_heard + third * 2;
+            // Silent for two thirds of the timeout, or a request (a ping
+            // included) unanswered for as long as a member may take to
+            // answer a handshake: the connection is gone.
+            let oldest = (self.in_flight.front().map(|f| f.sent))
+                .into_iter()
+                .chain(ping_sent)
+                .min();
+            let unanswered = oldest.map(|sent| sent + self.config.attempt_timeout);
+            let dead_at =
+                (last_heard + third * 2).min(unanswered.unwrap_or(Instant::now() + self.timeout));
             let mut out = Vec::new();
             tokio::select! {
                 packet = conn.packet() => {
                     let Ok(packet) = packet else { return End::Lost };
                     last_heard = Instant::now();
-                    if let Some(end) = self.answer(&packet) {
+                    if let Some(end) = self.answer(&packet, &mut ping_sent) {
                         return end;
                     }
                 }
@@ -164,6 +176,7 @@ impl Driver {
                         return End::Lost;
                     }
                     Request::Ping.write_packet(xid::PING, "", &mut out);
+                    ping_sent.get_or_insert_with(Instant::now);
                 }
             }
             if !out.is_empty() {
@@ -182,7 +195,7 @@ impl Driver {
 
     /// Handles one packet from the server; the end of the connection or the
     /// session when it says so.
-    fn answer(&mut self, packet: &[u8]) -> Option<End> {
+    fn answer(&mut self, packet: &[u8], ping_sent: &mut Option<Instant>) -> Option<End> {
         let mut r = Reader::new(packet);
         let Ok(header) = ReplyHeader::read(&mut r) else {
             return Some(End::Lost);
@@ -198,7 +211,13 @@ impl Driver {
                 return None;
             }
             xid::AUTH if header.err != 0 => return Some(End::Over(Error::AuthFailed)),
-            xid::PING | xid::AUTH | xid::SET_WATCHES => return None,
+            xid::PING => {
+                if let Some(sent) = ping_sent.take() {
+                    self.heard(sent);
+                }
+                return None;
+            }
+            xid::AUTH | xid::SET_WATCHES => return None,
             _ => {}
         }
         let Some(flight) = self.in_flight.pop_front() else {
@@ -211,6 +230,7 @@ impl Driver {
         if header.zxid > 0 {
             self.last_zxid = header.zxid;
         }
+        self.heard(flight.sent);
         let request = &flight.queued.request;
         let result = match header.err {
             0 => match request.read_response(chroot, &mut r) {
@@ -230,6 +250,15 @@ impl Driver {
             Error::SessionExpired => Some(End::Over(Error::SessionExpired)),
             _ => None,
         }
+    }
+
+    /// A server answered a request sent at `sent`; no watcher of the link
+    /// is woken for that.
+    fn heard(&self, sent: Instant) {
+        self.link.send_if_modified(|link| {
+            link.heard = link.heard.max(sent);
+            false
+        });
     }
 
     /// The watch the server set with this answer: an exists finding the
@@ -298,6 +327,11 @@ fn write_queued(
     for queued in batch {
         *xid += 1;
         queued.request.write_packet(*xid, chroot, out);
-        in_flight.push_back(InFlight { xid: *xid, queued });
+        let sent = Instant::now();
+        in_flight.push_back(InFlight {
+            xid: *xid,
+            queued,
+            sent,
+        });
     }
 }
