@@ -71,6 +71,9 @@ pub struct Driver {
     timeout: Duration,
     last_zxid: i64,
     xid: i32,
+    /// The credentials sent on every connection: the config's, then those
+    /// added to the session ([`crate::zk::burst::Burst::add_auth`]).
+    credentials: Vec<(String, Vec<u8>)>,
     watches: Watches,
     in_flight: VecDeque<InFlight>,
     /// Requests made while no connection was up, for the next one.
@@ -86,6 +89,7 @@ impl Driver {
         burst: Vec<Queued>,
     ) -> Driver {
         let timeout = config.session_timeout;
+        let credentials = config.auth.clone();
         Driver {
             config,
             commands,
@@ -95,6 +99,7 @@ impl Driver {
             timeout,
             last_zxid: 0,
             xid: 0,
+            credentials,
             watches: Watches::default(),
             in_flight: VecDeque::new(),
             waiting: burst,
@@ -189,8 +194,12 @@ impl Driver {
     }
 
     fn write_requests(&mut self, batch: Vec<Queued>, out: &mut Vec<u8>) {
-        let chroot = &self.config.chroot;
-        write_queued(&mut self.xid, chroot, batch, out, &mut self.in_flight);
+        let written = Written {
+            xid: &mut self.xid,
+            chroot: &self.config.chroot,
+            credentials: &mut self.credentials,
+        };
+        written.queue(batch, out, &mut self.in_flight);
     }
 
     /// Handles one packet from the server; the end of the connection or the
@@ -210,17 +219,33 @@ impl Driver {
                 self.watches.fire(event.event_type, &event.path, &path);
                 return None;
             }
-            xid::AUTH if header.err != 0 => return Some(End::Over(Error::AuthFailed)),
+            xid::AUTH => {
+                // Auth is answered as the server reads it, ahead of requests
+                // still in its pipeline: in order among auths only.
+                let Some(flight) = oldest(&mut self.in_flight, true) else {
+                    return Some(End::Lost);
+                };
+                let result = match header.err {
+                    0 => Ok(Response::Empty),
+                    err => Err(Error::from_i32(err)),
+                };
+                let refused = result.is_err();
+                let _ = flight.queued.reply.send(Answer {
+                    result,
+                    watch: None,
+                });
+                return refused.then_some(End::Over(Error::AuthFailed));
+            }
             xid::PING => {
                 if let Some(sent) = ping_sent.take() {
                     self.heard(sent);
                 }
                 return None;
             }
-            xid::AUTH | xid::SET_WATCHES => return None,
+            xid::SET_WATCHES => return None,
             _ => {}
         }
-        let Some(flight) = self.in_flight.pop_front() else {
+        let Some(flight) = oldest(&mut self.in_flight, false) else {
             return Some(End::Lost);
         };
         if flight.xid != header.xid {
@@ -315,23 +340,44 @@ impl Driver {
     }
 }
 
-/// Appends `batch` to `out`, each request with the next xid, and notes
-/// them as in flight, to be answered in that order.
-fn write_queued(
-    xid: &mut i32,
-    chroot: &str,
-    batch: Vec<Queued>,
-    out: &mut Vec<u8>,
-    in_flight: &mut VecDeque<InFlight>,
-) {
-    for queued in batch {
-        *xid += 1;
-        queued.request.write_packet(*xid, chroot, out);
-        let sent = Instant::now();
-        in_flight.push_back(InFlight {
-            xid: *xid,
-            queued,
-            sent,
-        });
+/// The oldest request in flight that is an auth, or that is not.
+fn oldest(in_flight: &mut VecDeque<InFlight>, auth: bool) -> Option<InFlight> {
+    let at = (in_flight.iter()).position(|flight| (flight.xid == xid::AUTH) == auth)?;
+    in_flight.remove(at)
+}
+
+/// What writing requests on a connection takes from the driver.
+struct Written<'a> {
+    xid: &'a mut i32,
+    chroot: &'a str,
+    credentials: &'a mut Vec<(String, Vec<u8>)>,
+}
+
+impl Written<'_> {
+    /// Appends `batch` to `out`, each request with the next xid (an auth
+    /// with its own, its credentials kept for every later connection), and
+    /// notes them as in flight, to be answered in that order.
+    fn queue(self, batch: Vec<Queued>, out: &mut Vec<u8>, in_flight: &mut VecDeque<InFlight>) {
+        for queued in batch {
+            let this = match &queued.request {
+                Request::Auth { scheme, auth } => {
+                    let credential = (scheme.clone(), auth.clone());
+                    if !self.credentials.contains(&credential) {
+                        self.credentials.push(credential);
+                    }
+                    xid::AUTH
+                }
+                _ => {
+                    *self.xid += 1;
+                    *self.xid
+                }
+            };
+            queued.request.write_packet(this, self.chroot, out);
+            in_flight.push_back(InFlight {
+                xid: this,
+                queued,
+                sent: Instant::now(),
+            });
+        }
     }
 }
