@@ -10,7 +10,7 @@ use crate::lock::directory::{Client, Entry, EntryKind, LockView, PathKind};
 use crate::lock::holder::HolderData;
 use crate::lock::holder::{Detail, escape_controls, on_host};
 use crate::lock::record::RunRecord;
-use crate::values::{Precision, rfc3339, server_time};
+use crate::values::{Precision, human_duration, rfc3339, server_time};
 
 /// One lock path in `zklock status --json`.
 #[derive(Debug, Serialize)]
@@ -130,9 +130,9 @@ fn age_seconds(millis: i64, now: SystemTime) -> f64 {
     age.as_millis() as f64 / 1000.0
 }
 
-/// `3m 12s`: whole seconds, for people.
+/// Seconds (as the JSON gives them) in the one duration format.
 pub fn human_age(seconds: f64) -> String {
-    humantime::format_duration(Duration::from_secs(seconds as u64)).to_string()
+    human_duration(Duration::from_secs_f64(seconds.max(0.0)))
 }
 
 /// The text block of `zklock status` for one path.

@@ -15,7 +15,7 @@ use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
 use crate::session::{Session, is_session_lost};
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// Every lock taken, in the session that holds them.
 pub(super) struct Taken {
@@ -140,13 +140,13 @@ pub(super) async fn connect(
         "connected to {} (session {:#x}, timeout {})",
         plan.connect.hosts.connect_string(),
         session.id(),
-        humantime::format_duration(session.timeout())
+        human_duration(session.timeout())
     ));
     if let Err(err) = session.check_acl(&plan.connect).await {
         let _ = session.close(&[]).await;
         return Err(err);
     }
-    let granted = human_ms(session.timeout());
+    let granted = human_duration(session.timeout());
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
@@ -158,7 +158,7 @@ pub(super) async fn connect(
         }
     };
     if plan.args.kill_after.is_none() {
-        let kill_after = humantime::format_duration(policy.kill_after);
+        let kill_after = human_duration(policy.kill_after);
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {

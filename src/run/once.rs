@@ -16,7 +16,7 @@ use crate::lock::holder::{escape_controls, on_host};
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
 use crate::values::Precision::Millis;
-use crate::values::{Seconds, rfc3339, server_time};
+use crate::values::{Seconds, human_duration, rfc3339, server_time};
 
 /// A run that may go ahead, to be recorded once the command is done.
 pub struct Pending {
@@ -103,9 +103,9 @@ fn millis(duration: Duration) -> i64 {
 }
 
 /// When a recorded run started, `ago_ms` before now on the server's clock
-/// (negative: after), in whole seconds.
+/// (negative: after).
 fn when(ago_ms: i64) -> String {
-    let age = humantime::format_duration(Duration::from_secs(ago_ms.unsigned_abs() / 1000));
+    let age = human_duration(Duration::from_millis(ago_ms.unsigned_abs()));
     match ago_ms >= 0 {
         true => format!("{age} ago"),
         false => format!("{age} in the future by the server's clock"),

@@ -27,6 +27,7 @@ use crate::session::diagnose::{credential_problem, diagnose, unresolvable};
 pub use crate::session::diagnose::{host_name, servers};
 pub use crate::session::options::Options;
 pub use crate::session::settings::Settings;
+use crate::values::human_duration;
 
 /// How long to wait for the server to confirm the end of the session (which
 /// deletes our ephemerals, so the next waiter starts at once).
@@ -196,7 +197,7 @@ impl Session {
         };
         let message = format!(
             "no ZooKeeper session with {hosts} within {}{why}",
-            humantime::format_duration(options.connect_timeout)
+            human_duration(options.connect_timeout)
         );
         Err(Failure::new(Exit::Unavailable, message).into())
     }

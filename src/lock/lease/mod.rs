@@ -16,7 +16,7 @@ pub use self::policy::{DEFAULT_KILL_AFTER, LeasePolicy, OnDisconnect};
 use crate::lock::queue::NodeWatch;
 use crate::report::Report;
 use crate::session::{Settings, is_connection_loss, is_session_lost, retrying};
-use crate::values::{Precision, rfc3339};
+use crate::values::{Precision, human_duration, rfc3339};
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
@@ -161,7 +161,7 @@ pub async fn lost(
                     if let Some(since) = outage {
                         report.info(format_args!(
                             "connection to ZooKeeper restored after {}; still holding",
-                            fmt_tenths(since.elapsed())
+                            human_duration(since.elapsed())
                         ));
                         (outage, probing) = (None, None);
                     }
@@ -223,14 +223,9 @@ fn outage_begins(report: Report, deadline: Instant) -> Option<Instant> {
     report.info(format_args!(
         "connection to ZooKeeper lost; the lock is kept until {time} UTC ({} from now) \
          unless the connection comes back (--on-disconnect lease)",
-        fmt_tenths(left)
+        human_duration(left)
     ));
     Some(now)
-}
-
-/// A duration to a tenth of a second, as `1.2s`.
-fn fmt_tenths(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }
 
 enum Probe {

@@ -22,7 +22,7 @@ use crate::lock::holder::{self, Detail, HolderData, Seen};
 use crate::lock::queue::{Node, Observer};
 use crate::report::{self, Report, Verbosity};
 use crate::session::Session;
-use crate::values::server_time;
+use crate::values::{human_duration, server_time};
 
 /// Reports the queue while waiting and remembers who was first in this
 /// session, to say who held the lock if we give up.
@@ -321,20 +321,11 @@ fn holder_text(seen: &Seen, now: SystemTime) -> Option<String> {
     Some(text)
 }
 
-/// A duration in at most two units, to the second: `42s`, `3m 5s`, `3m`,
-/// `2h 14m`, `3d 1h`.
+/// A time on the status line, in the one format (values::human_duration)
+/// of its whole seconds: the line is redrawn each second, and milliseconds
+/// would only flicker.
 fn short(duration: Duration) -> String {
-    let secs = duration.as_secs();
-    let (big, small) = match secs {
-        0..60 => return format!("{secs}s"),
-        60..3600 => ((secs / 60, "m"), (secs % 60, "s")),
-        3600..86400 => ((secs / 3600, "h"), (secs % 3600 / 60, "m")),
-        _ => ((secs / 86400, "d"), (secs % 86400 / 3600, "h")),
-    };
-    match small.0 {
-        0 => format!("{}{}", big.0, big.1),
-        _ => format!("{}{} {}{}", big.0, big.1, small.0, small.1),
-    }
+    human_duration(Duration::from_secs(duration.as_secs()))
 }
 
 #[cfg(test)]
@@ -363,14 +354,9 @@ mod tests {
     }
 
     #[test]
-    fn short_durations() {
-        let s = |secs| short(Duration::from_secs(secs));
-        assert_eq!(s(0), "0s");
-        assert_eq!(s(59), "59s");
-        assert_eq!(s(180), "3m");
-        assert_eq!(s(185), "3m 5s");
-        assert_eq!(s(2 * 3600 + 14 * 60 + 9), "2h 14m");
-        assert_eq!(s(3 * 86400 + 3600), "3d 1h");
+    fn whole_seconds_on_the_line() {
+        assert_eq!(short(Duration::from_millis(59_999)), "59s");
+        assert_eq!(short(Duration::from_millis(185_500)), "3m 5s");
     }
 
     #[test]
