@@ -14,6 +14,7 @@ use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
+use crate::present::holder::superseder;
 use crate::session::{Session, is_session_lost};
 use crate::values::human_duration;
 
@@ -93,6 +94,7 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 display.clear(); // before our last word
                 let _ = session.close(&queue::paths(&owned)).await;
                 let path = plan.order.join(" ");
+                let by = superseder(by.as_ref());
                 report.note(format_args!("superseded while waiting for {path} by {by}"));
                 return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
             }

@@ -12,9 +12,9 @@ use zookeeper_client as zk;
 use super::metrics::{Facts, Skip};
 use super::plan::Plan;
 use crate::exit::{Exit, Step};
-use crate::lock::holder::{escape_controls, on_host};
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
+use crate::present::{escape_controls, run_text};
 use crate::values::Precision::Millis;
 use crate::values::{Seconds, human_duration, rfc3339, server_time};
 
@@ -60,7 +60,7 @@ pub async fn check(
             format_args!(
                 "last ran successfully {}, {}; --once-per {window}",
                 when(ago_ms),
-                who(&last),
+                run_text(&last),
             ),
         ),
         Verdict::Retry { failed, ago_ms } => skip(
@@ -69,7 +69,7 @@ pub async fn check(
                 "last ran {}, {}, and failed (exit status {}); --retry-after {retry}: \
              next try at the first firing after {}",
                 when(ago_ms),
-                who(&failed),
+                run_text(&failed),
                 failed.exit_status,
                 rfc3339(
                     server_time(failed.start_ms.saturating_add(retry_ms)),
@@ -83,7 +83,7 @@ pub async fn check(
                     "running: {lock} last ran successfully {}, {}; a success dated further \
                      ahead than --once-per {window} is not recent",
                     when(-ahead_ms),
-                    who(&last),
+                    run_text(&last),
                 ));
             }
             Ok(Step::Go(Some(Pending {
@@ -110,16 +110,6 @@ fn when(ago_ms: i64) -> String {
         true => format!("{age} ago"),
         false => format!("{age} in the future by the server's clock"),
     }
-}
-
-/// Where and when a recorded run ran, for a skip line.
-fn who(run: &RunRecord) -> String {
-    format!(
-        "{} at {} (fencing token {})",
-        on_host(&run.host, run.user.as_deref()),
-        escape_controls(&run.start),
-        run.fencing_token
-    )
 }
 
 impl Pending {
