@@ -264,24 +264,8 @@ pub fn list_entry(status: &LockStatus) -> ListEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use crate::lock::directory::plain_lock;
-    use crate::lock::directory::tests::node;
     use crate::lock::record::Record;
-
-    fn status(now_ms: u64) -> LockStatus {
-        let view = plain_lock(vec![
-            node(
-                "_c_a-lock-0000000001",
-                5,
-                0x1234,
-                r#"{"host":"h","pid":9,"zklock_pid":8,"acquired":true,"command":"x\ny"}"#,
-            ),
-            node("_c_b-lock-0000000002", 6, 0x1234, "10.0.0.1"),
-        ]);
-        LockStatus::new("/l", view, UNIX_EPOCH + Duration::from_millis(now_ms))
-    }
+    use crate::present::tests::holder_and_waiter as status;
 
     #[test]
     fn fields_and_positions() {

@@ -214,15 +214,16 @@ pub fn list_line(lock: &json::ListEntry) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
     use std::time::UNIX_EPOCH;
 
     use crate::lock::directory::plain_lock;
     use crate::lock::directory::tests::node;
 
-    #[test]
-    fn status_text() {
+    /// A zklock holder (its write at 5.5 s, token 5) and a Curator waiter
+    /// (queued at 6 s), seen at `now_ms`.
+    pub fn holder_and_waiter(now_ms: u64) -> LockStatus {
         let view = plain_lock(vec![
             node(
                 "_c_a-lock-0000000001",
@@ -232,9 +233,12 @@ mod tests {
             ),
             node("_c_b-lock-0000000002", 6, 0x1234, "10.0.0.1"),
         ]);
-        // The holder's write at 5.5 s, the waiter queued at 6 s.
-        let now = UNIX_EPOCH + Duration::from_millis(65_500);
-        let mut status = LockStatus::new("/l", view, now);
+        LockStatus::new("/l", view, UNIX_EPOCH + Duration::from_millis(now_ms))
+    }
+
+    #[test]
+    fn status_text() {
+        let mut status = holder_and_waiter(65_500);
         status.record.last_run = Some(RunRecord {
             start_ms: 1_000,
             start: "1970-01-01T00:00:01.000Z".into(),
