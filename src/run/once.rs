@@ -14,7 +14,7 @@ use super::plan::Plan;
 use crate::exit::{Exit, Step};
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
-use crate::present::{escape_controls, run_text};
+use crate::present::run_text;
 use crate::values::Precision::Millis;
 use crate::values::{Seconds, human_duration, rfc3339, server_time};
 
@@ -133,10 +133,9 @@ impl Pending {
             }
             Ok(Recorded::Done) => {}
             Ok(Recorded::Superseded(later)) => plan.report.error(format_args!(
-                "this run is not recorded: {}'s record already has a later run (fencing token {} on {})",
+                "this run is not recorded: {}'s record already has a later run, {}",
                 self.lock,
-                later.fencing_token,
-                escape_controls(&later.host)
+                run_text(&later)
             )),
             Err(err) => plan
                 .report
