@@ -275,6 +275,13 @@ pub mod tests {
     }
 
     #[test]
+    fn whole_seconds_on_a_redrawn_line() {
+        assert_eq!(whole_seconds(Duration::from_millis(999)), "0s");
+        assert_eq!(whole_seconds(Duration::from_millis(59_999)), "59s");
+        assert_eq!(whole_seconds(Duration::from_millis(185_500)), "3m 5s");
+    }
+
+    #[test]
     fn list_lines() {
         let entry = json::ListEntry {
             path: "/a\nb".into(),
