@@ -52,9 +52,9 @@ pub enum Acquired {
     /// ahead of our node, which is deleted with the session.
     QueueFull(usize),
     /// A newer `--supersede` run removed our node, or is known to have
-    /// queued since we first did (we have --supersede too); who it is, for
-    /// people (supersede.rs).
-    Superseded(String),
+    /// queued since we first did (we have --supersede too); its node or
+    /// record as read, for people (supersede.rs).
+    Superseded(Option<Seen>),
 }
 
 /// Everything a caller needs to take one lock.
@@ -230,7 +230,7 @@ async fn lost(request: &Request<'_>, ours: &Ours<'_>, children: Option<&[String]
         return Acquired::Lost;
     }
     match supersede::lost(ours, children).await {
-        Some(by) => Acquired::Superseded(by),
+        Some(by) => Acquired::Superseded(Some(by)),
         None => Acquired::Lost,
     }
 }

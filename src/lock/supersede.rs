@@ -17,7 +17,7 @@ use zklock::zk::burst::Burst;
 use zklock::zk::ops::MultiOp;
 use zklock::zk::records::Error;
 
-use crate::lock::holder::{self, HolderData, Seen};
+use crate::lock::holder::{HolderData, Seen};
 use crate::lock::newest::{self, Trace};
 use crate::lock::recipe::{self, Class, Contender, Standing};
 use crate::session::{is_connection_loss, retrying};
@@ -42,8 +42,9 @@ pub enum Queueing {
     Kept,
     /// It removed older runs: the caller's listing is stale.
     Removed,
-    /// A newer run is known; who it is, for people.
-    Superseded(String),
+    /// A newer run is known: its node or record as read (None: unread),
+    /// for people.
+    Superseded(Option<Seen>),
 }
 
 /// Right after our node was created (`children` is a listing of its
@@ -75,7 +76,7 @@ pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queue
         .collect();
     let (runs, trace) = survey(client, dir, &writers).await;
     if let Some(by) = newer_than(&runs, trace.as_ref(), age) {
-        return Queueing::Superseded(by);
+        return Queueing::Superseded(Some(by));
     }
     // Recorded before anyone is removed, so that every run that ever
     // queued is either still queued, or recorded, or was removed by a run
@@ -86,7 +87,7 @@ pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queue
     if raised.is_ok_and(|newer| newer) {
         let trace = newest::read(client, dir).await;
         let by = newer_than(&[], trace.as_ref(), age);
-        return Queueing::Superseded(by.unwrap_or_else(|| SOMEONE.to_owned()));
+        return Queueing::Superseded(by);
     }
     let first = ahead.first().map(|c| c.name);
     // Every run read is older than ours now.
@@ -259,19 +260,16 @@ async fn survey(
 }
 
 /// The newest of `runs` and the run `trace` records, if newer than `age`,
-/// for people (a queued node rather than the record of the same run).
-fn newer_than(runs: &[Run], trace: Option<&Trace>, age: i64) -> Option<String> {
+/// as read (a queued node rather than the record of the same run).
+fn newer_than(runs: &[Run], trace: Option<&Trace>, age: i64) -> Option<Seen> {
     let recorded = trace.and_then(Trace::run);
     let queued = runs.iter().map(|run| (run.age, true, &run.seen));
     let (_, _, seen) = queued
         .chain(recorded.iter().map(|(age, seen)| (*age, false, seen)))
         .filter(|(theirs, _, _)| *theirs > age)
         .max_by_key(|(theirs, queued, _)| (*theirs, *queued))?;
-    Some(holder::describe(seen).unwrap_or_else(|| SOMEONE.to_owned()))
+    Some(seen.clone())
 }
-
-/// A newer run whose node data names nobody.
-const SOMEONE: &str = "a newer --supersede run";
 
 /// Our node vanished while we waited. Whichever way it went (a newer run
 /// removed it, an operator deleted it, its session ended), if a run newer
@@ -279,7 +277,7 @@ const SOMEONE: &str = "a newer --supersede run";
 /// Otherwise None: the caller queues again (and checks again as it
 /// queues). `children` is a listing made after the node went, if we have
 /// one.
-pub async fn lost(ours: &Ours<'_>, children: Option<&[String]>) -> Option<String> {
+pub async fn lost(ours: &Ours<'_>, children: Option<&[String]>) -> Option<Seen> {
     let Ours {
         client, dir, me, ..
     } = *ours;
@@ -392,7 +390,7 @@ mod tests {
     fn the_newest_by_age_is_named_never_an_older_one() {
         let runs = [run("a", 3), run("b", 8), run("c", 5)];
         let named = |runs: &[Run], trace: Option<&Trace>, age| {
-            newer_than(runs, trace, age).map(|by| by.rsplit(": ").next().unwrap().to_owned())
+            newer_than(runs, trace, age).and_then(|by| HolderData::parse(&by.data)?.label)
         };
         assert_eq!(named(&runs, None, 8), None);
         assert_eq!(named(&runs, None, 9), None);

@@ -16,8 +16,9 @@ use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{self, Acquired, Creating, Node, NodeSpec, NodeWatch, Request};
+use crate::present::holder::superseder;
 use crate::session::{Session, is_session_lost};
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// Every lock taken, in the session that holds them.
 pub(super) struct Taken {
@@ -108,6 +109,7 @@ pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 display.clear(); // before our last word
                 let _ = session.close(&queue::paths(&owned)).await;
                 let path = plan.order.join(" ");
+                let by = superseder(by.as_ref());
                 report.note(format_args!("superseded while waiting for {path} by {by}"));
                 return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
             }
@@ -170,13 +172,13 @@ pub(super) async fn connect(
         "connected to {} (session {:#x}, timeout {})",
         plan.connect.hosts.connect_string(),
         session.id(),
-        humantime::format_duration(session.timeout())
+        human_duration(session.timeout())
     ));
     if let Err(err) = session.check_acl(&plan.connect).await {
         let _ = session.close(&[]).await;
         return Err(err);
     }
-    let granted = human_ms(session.timeout());
+    let granted = human_duration(session.timeout());
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
@@ -188,7 +190,7 @@ pub(super) async fn connect(
         }
     };
     if plan.args.kill_after.is_none() {
-        let kill_after = humantime::format_duration(policy.kill_after);
+        let kill_after = human_duration(policy.kill_after);
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {

@@ -11,7 +11,7 @@ use super::wait::WaitReport;
 use crate::exit::Exit;
 use crate::lock::queue::{self, Node};
 use crate::session::Session;
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// How long cleaning up may take once the deadline has passed: the nodes
 /// go with the session anyway, and "on time" is the point of a deadline.
@@ -53,12 +53,12 @@ pub async fn give_up(
             true => String::new(),
             false => format!(
                 " (our queue node goes when the session expires, within {})",
-                human_ms(timeout)
+                human_duration(timeout)
             ),
         };
         report.note(format_args!(
             "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-            human_ms(since.elapsed()),
+            human_duration(since.elapsed()),
         ));
     };
     if let Some(since) = unreachable_since {

@@ -27,7 +27,7 @@ use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::queue::{self, Node};
 use crate::report::Report;
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
     // Before the runtime starts any thread: they inherit this mask.
@@ -93,7 +93,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
             "acquired {} (fencing token {}) after {}",
             node.path,
             node.czxid,
-            human_ms(started.elapsed())
+            human_duration(started.elapsed())
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
@@ -134,7 +134,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
             "could not reach ZooKeeper to confirm the release of {}: it is released \
              when the session expires, within {} at the latest",
             plan.order.join(" "),
-            humantime::format_duration(timeout)
+            human_duration(timeout)
         ));
     }
     Ok(exit)

@@ -26,6 +26,7 @@ use crate::session::diagnose::{credential_problem, diagnose, unresolvable};
 pub use crate::session::diagnose::{host_name, servers};
 pub use crate::session::options::Options;
 pub use crate::session::settings::Settings;
+use crate::values::human_duration;
 
 /// How long to wait for the server to confirm the end of the session (which
 /// deletes our ephemerals, so the next waiter starts at once).
@@ -197,7 +198,7 @@ impl Session {
                 };
                 let message = format!(
                     "no ZooKeeper session with {hosts} within {}{why}",
-                    humantime::format_duration(settings.connect_timeout)
+                    human_duration(settings.connect_timeout)
                 );
                 return Err(Failure::new(Exit::Unavailable, message).into());
             }

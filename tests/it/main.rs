@@ -40,6 +40,7 @@ mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;
+mod status_json;
 mod supersede;
 mod supersede_stale;
 mod systemd;

@@ -5,7 +5,7 @@
 mod decide;
 mod policy;
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::future::select_all;
 use tokio::time::{Instant, sleep_until};
@@ -15,7 +15,7 @@ use self::decide::{Event, Verdict, decide};
 pub use self::policy::{DEFAULT_KILL_AFTER, LeasePolicy, OnDisconnect};
 use crate::lock::queue::NodeWatch;
 use crate::report::Report;
-use crate::values::{Precision, rfc3339};
+use crate::values::{Precision, human_duration, rfc3339};
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
@@ -99,7 +99,7 @@ pub async fn lost(
                 if let Some(since) = outage.take() {
                     report.info(format_args!(
                         "connection to ZooKeeper restored after {}; still holding",
-                        fmt_tenths(since.elapsed())
+                        human_duration(since.elapsed())
                     ));
                 }
             }
@@ -159,14 +159,9 @@ fn outage_begins(report: Report, deadline: Instant) -> Option<Instant> {
     report.info(format_args!(
         "connection to ZooKeeper lost; the lock is kept until {time} UTC ({} from now) \
          unless the connection comes back (--on-disconnect lease)",
-        fmt_tenths(left)
+        human_duration(left)
     ));
     Some(now)
-}
-
-/// A duration to a tenth of a second, as `1.2s`.
-fn fmt_tenths(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }
 
 /// The first of `nodes` found lost; `watches` are those already set on

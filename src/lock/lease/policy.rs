@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -89,9 +89,9 @@ impl LeasePolicy {
             "--kill-after {} leaves no room in a {} session: a lost lock could not be \
              given up before the session expires; use --kill-after below {} or a longer \
              --session-timeout",
-            human_ms(self.kill_after),
-            human_ms(self.session_timeout),
-            human_ms(budget),
+            human_duration(self.kill_after),
+            human_duration(self.session_timeout),
+            human_duration(budget),
         ))
     }
 
@@ -114,7 +114,7 @@ impl LeasePolicy {
             return Err(format!(
                 "a {} session is too short to stop the command before it expires; \
                  use a longer --session-timeout",
-                human_ms(self.session_timeout)
+                human_duration(self.session_timeout)
             ));
         }
         Ok(LeasePolicy { kill_after, ..self })
