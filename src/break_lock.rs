@@ -6,15 +6,15 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::SystemTime;
 
 use anyhow::{Context, Result};
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::cli::BreakArgs;
 use crate::exit::{Exit, Failure, Step};
-use crate::lock::directory::{Client, EntryKind};
+use crate::lock::directory::{Client, Entry, EntryKind, PathKind};
 use crate::lock::inspect;
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::lock::record::{self, record_path};
-use crate::present::{self, EntryJson};
+use crate::present::{self, LockStatus};
 use crate::report::{print_stdout, say};
 use crate::session::{self, Session, Settings, retrying};
 
@@ -89,13 +89,14 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     let session = Session::connect(options).await?;
     let view = inspect::read_lock(session.client(), lock).await;
     session.close(&[]).await;
-    let json = present::lock_json(lock, &view?, SystemTime::now());
-    let entries: Vec<&EntryJson> = json.holders.iter().chain(&json.waiting).collect();
+    let status = LockStatus::new(lock, view?, SystemTime::now());
+    let entries: Vec<(usize, bool, &Entry)> = status.entries().collect();
+    let semaphore = matches!(status.view.kind, PathKind::Semaphore { .. });
     // Where an entry's node is: its full path is what `run -v` prints and
     // `--node` accepts, as well as the name alone.
-    let dir = |entry: &EntryJson| match (json.limit, entry.kind) {
-        (Some(_), EntryKind::Lease) => recipe::child(lock, SEMAPHORE_LEASES),
-        (Some(_), _) => recipe::child(lock, SEMAPHORE_GATE),
+    let dir = |entry: &Entry| match (semaphore, entry.kind) {
+        (true, EntryKind::Lease) => recipe::child(lock, SEMAPHORE_LEASES),
+        (true, _) => recipe::child(lock, SEMAPHORE_GATE),
         _ => lock.to_owned(),
     };
     if let Some(name) = name.filter(|n| n.contains('/')) {
@@ -106,10 +107,10 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
         }
     }
     let chosen = match name {
-        Some(name) => entries
-            .iter()
-            .position(|e| e.node == name || recipe::child(&dir(e), &e.node) == name),
-        None => match json.holders.len() {
+        Some(name) => entries.iter().position(|(_, _, e)| {
+            e.node.name == name || recipe::child(&dir(e), &e.node.name) == name
+        }),
+        None => match status.view.holders.len() {
             0 => None,
             1 => Some(0),
             n => {
@@ -119,19 +120,18 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
             }
         },
     };
-    let Some((at, entry)) = chosen.map(|at| (at, entries[at])) else {
+    let Some((position, held, entry)) = chosen.map(|at| entries[at]) else {
         match name {
             Some(name) => say(format_args!("{lock} has no node {name}; nothing deleted")),
             None => say(format_args!("{lock} is free; nothing deleted")),
         }
         return Ok(Step::End(Exit::NotDeleted));
     };
-    let header = present::lock_text(&json);
-    let header = header.lines().next().unwrap_or_default();
-    let path = recipe::child(&dir(entry), &entry.node);
+    let header = present::lock_header(&status);
+    let path = recipe::child(&dir(entry), &entry.node.name);
     // A holder's zklock stops its command (76); a zklock waiter whose node
     // disappears queues again, so deleting it only sends it to the back.
-    let done = match (at < json.holders.len(), entry.client) {
+    let done = match (held, entry.client) {
         (true, _) => format!("deleted {path}"),
         (false, Client::Zklock) => format!(
             "deleted waiter node {path}; that zklock run queues again at the end of the queue"
@@ -141,9 +141,12 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
     Ok(Step::Go(Target {
         path,
         shown: Shown::Node {
-            czxid: entry.fencing_token,
+            czxid: entry.node.stat.czxid,
         },
-        text: format!("{header}\n{}", present::entry_text(entry)),
+        text: format!(
+            "{header}\n{}",
+            present::entry_text(entry, position, held, status.now)
+        ),
         done,
     }))
 }
@@ -158,10 +161,7 @@ async fn find_record(options: &Settings, lock: &str) -> Result<Step<Target>> {
         return Ok(Step::End(Exit::NotDeleted));
     };
     let path = record_path(lock);
-    let text = format!(
-        "{lock}: run record {path}\n{}",
-        present::runs_text(&record.last_run, &record.last_success)
-    );
+    let text = format!("{lock}: run record {path}\n{}", present::runs_text(&record));
     Ok(Step::Go(Target {
         done: format!("deleted {path}"),
         path,
@@ -188,21 +188,28 @@ fn confirmed(target: &Target) -> Result<bool> {
 /// another node (or, for the record, another version) now. A lock node is
 /// deleted at the data version just read, so a node replaced or rewritten
 /// in between is never deleted blindly.
-async fn delete_if_same(client: &zk::Client, target: &Target) -> Result<bool> {
+async fn delete_if_same(client: &zk::client::Client, target: &Target) -> Result<bool> {
     // A holder's own writes change its node's version; a few tries outlast them.
     for _ in 0..5 {
         let version = match target.shown {
             Shown::Record { version } => version,
-            Shown::Node { czxid } => match retrying(|| client.get_data(&target.path)).await {
-                Ok((_, stat)) if stat.czxid == czxid => stat.version,
-                Ok(_) | Err(zk::Error::NoNode) => return Ok(false),
-                Err(err) => return Err(err).with_context(|| format!("reading {}", target.path)),
-            },
+            Shown::Node { czxid } => {
+                match retrying(|| client.call(|b| b.get_data(&target.path, false)))
+                    .await
+                    .map(|d| (d.data, d.stat))
+                {
+                    Ok((_, stat)) if stat.czxid == czxid => stat.version,
+                    Ok(_) | Err(zk::records::Error::NoNode) => return Ok(false),
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("reading {}", target.path));
+                    }
+                }
+            }
         };
-        match retrying(|| client.delete(&target.path, Some(version))).await {
+        match retrying(|| client.call(|b| b.delete(&target.path, version))).await {
             Ok(()) => return Ok(true),
-            Err(zk::Error::BadVersion) if matches!(target.shown, Shown::Node { .. }) => {}
-            Err(zk::Error::NoNode | zk::Error::BadVersion) => return Ok(false),
+            Err(zk::records::Error::BadVersion) if matches!(target.shown, Shown::Node { .. }) => {}
+            Err(zk::records::Error::NoNode | zk::records::Error::BadVersion) => return Ok(false),
             Err(err) => return Err(err).with_context(|| format!("deleting {}", target.path)),
         }
     }

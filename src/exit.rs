@@ -4,7 +4,12 @@
 //! are values of [`Exit`]; failures are `anyhow` errors, and a [`Failure`]
 //! anywhere in their chain decides their exit status ([`Exit::for_error`]).
 
+mod table;
+
 use std::process::ExitCode;
+
+pub use table::{BREAK, LIST, RUN, STATUS, help};
+use zklock::zk::records::Error as ZkError;
 
 /// How `zklock` ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +81,8 @@ impl Exit {
         if let Some(failure) = err.downcast_ref::<Failure>() {
             return failure.exit;
         }
-        match err.downcast_ref::<zookeeper_client::Error>() {
-            Some(zookeeper_client::Error::NoAuth | zookeeper_client::Error::AuthFailed) => {
+        match err.downcast_ref::<ZkError>() {
+            Some(ZkError::NoAuth | ZkError::AuthFailed | ZkError::SessionClosedRequireSaslAuth) => {
                 Exit::NoPermission
             }
             _ => Exit::Software,
@@ -120,27 +125,6 @@ impl std::fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
-/// The exit-code table shown by `--help`; kept next to the type so the two
-/// cannot drift apart unnoticed (a unit test checks every code appears).
-pub const EXIT_CODE_HELP: &str = "\
-Exit status:
-  <command's>  the command ran and exited with that status
-  128+N        the command died of signal N, or zklock was interrupted by
-               signal N before it ran the command
-  75           lock not acquired: --timeout expired or --no-wait found it held;
-               or --max-waiting found the queue full;
-               or --once-per found a recent successful run;
-               or a newer --supersede run superseded it
-               (-E/--conflict-exit-code changes it)
-  76           lock lost while the command ran; the command was terminated
-  69           cannot reach the ensemble or establish a session within
-               --connect-timeout
-  77           authentication failed or the lock path's ACL denies access
-  64           usage error (bad path, duration, missing command, ...)
-  70           any other ZooKeeper or internal error
-  124          --max-runtime expired; the command was terminated
-  126 / 127    command not executable / not found";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,96 +163,10 @@ mod tests {
         let unavailable =
             anyhow::Error::new(Failure::new(Exit::Unavailable, "no session")).context("connecting");
         assert_eq!(Exit::for_error(&unavailable), Exit::Unavailable);
-        let denied = anyhow::Error::new(zookeeper_client::Error::NoAuth).context("creating node");
+        let denied = anyhow::Error::new(ZkError::NoAuth).context("creating node");
         assert_eq!(Exit::for_error(&denied), Exit::NoPermission);
-        let other = anyhow::Error::new(zookeeper_client::Error::BadVersion);
+        let other = anyhow::Error::new(ZkError::BadVersion);
         assert_eq!(Exit::for_error(&other), Exit::Software);
         assert_eq!(Exit::for_error(&anyhow::anyhow!("boom")), Exit::Software);
-    }
-
-    /// The codes in the first column of the `--help` table's rows
-    /// (`75`, `126 / 127`; `128+N` and `<command's>` are not numbers).
-    fn listed_codes() -> Vec<u8> {
-        let rows = EXIT_CODE_HELP.lines().skip(1);
-        let first_column = rows
-            .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
-            .filter_map(|line| line.trim_start().split("  ").next());
-        let mut codes: Vec<u8> = first_column
-            .flat_map(|column| column.split(" / "))
-            .filter_map(|code| code.parse().ok())
-            .collect();
-        codes.sort_unstable();
-        codes
-    }
-
-    #[test]
-    fn help_table_lists_the_codes_of_exit() {
-        // Every way `zklock run` ends with a code of its own: a new variant
-        // must be placed in the table or left out here on purpose.
-        let mut fixed: Vec<u8> = [
-            Exit::Command(0),
-            Exit::Signal(1),
-            Exit::Conflict(CONFLICT_DEFAULT),
-            Exit::LockLost,
-            Exit::TimedOut,
-            Exit::Unavailable,
-            Exit::NoPermission,
-            Exit::Usage,
-            Exit::Software,
-            Exit::NotExecutable,
-            Exit::NotFound,
-            Exit::Held,
-            Exit::NotDeleted,
-        ]
-        .into_iter()
-        .filter(|exit| match exit {
-            // The command's status, and 128+N: rows of their own.
-            Exit::Command(_) | Exit::Signal(_) => false,
-            // `status` and `break` only, with tables of their own.
-            Exit::Held | Exit::NotDeleted => false,
-            Exit::Conflict(_)
-            | Exit::LockLost
-            | Exit::TimedOut
-            | Exit::Unavailable
-            | Exit::NoPermission
-            | Exit::Usage
-            | Exit::Software
-            | Exit::NotExecutable
-            | Exit::NotFound => true,
-        })
-        .map(Exit::code)
-        .collect();
-        fixed.sort_unstable();
-        assert_eq!(listed_codes(), fixed, "{EXIT_CODE_HELP}");
-        assert!(EXIT_CODE_HELP.contains("\n  128+N "));
-        assert_eq!(Exit::Signal(9).code(), 128 + 9);
-    }
-
-    #[test]
-    fn every_way_to_75_is_named_wherever_75_is() {
-        let row = |text: &'static str| {
-            (text.lines())
-                .find(|line| line.starts_with("| 75 |"))
-                .expect("a row for 75")
-        };
-        let readme = row(include_str!("../README.md"));
-        let design = row(include_str!("../docs/design.md"));
-        // The help's entry: its row and the lines that continue it.
-        let help: String = (EXIT_CODE_HELP.lines())
-            .skip_while(|line| !line.starts_with("  75 "))
-            .take_while(|line| line.starts_with("  75 ") || line.starts_with("   "))
-            .collect();
-        let options: Vec<&str> = readme
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-            .filter(|word| word.starts_with("--"))
-            .collect();
-        assert!(options.len() >= 5, "{readme}");
-        for option in options {
-            assert!(help.contains(option), "{option} not under 75 in --help");
-            assert!(
-                design.contains(option),
-                "{option} not under 75 in design.md"
-            );
-        }
     }
 }

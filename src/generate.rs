@@ -8,11 +8,8 @@ use clap::CommandFactory;
 use clap::ValueHint;
 use clap_complete::Shell;
 
-use crate::cli::{
-    BREAK_EXIT_HELP, Cli, ENVIRONMENT_HELP, LIST_EXIT_HELP, STATUS_EXIT_HELP, SUBCOMMANDS,
-    reference,
-};
-use crate::exit::{EXIT_CODE_HELP, Exit};
+use crate::cli::{Cli, ENVIRONMENT_HELP, SUBCOMMANDS, reference};
+use crate::exit::{self, Exit};
 use crate::report::write_stdout;
 
 pub fn completions(shell: Shell) -> Result<Exit> {
@@ -133,7 +130,11 @@ fn reference_sections(
     root: &clap::Command,
 ) -> Vec<(&'static str, String)> {
     // Below a help text's first line (its heading), as the page has its own.
-    let body = |help: &'static str| help.split_once('\n').map_or(help, |(_, rest)| rest);
+    let body = |help: &str| {
+        help.split_once('\n')
+            .map_or(help, |(_, rest)| rest)
+            .to_owned()
+    };
     let mut sections = Vec::new();
     match subcommand {
         Some("run") => sections.push(("METRICS", preformatted(reference::METRICS))),
@@ -143,20 +144,20 @@ fn reference_sections(
     }
     // The subcommands that connect: an exit status table, the environment
     // and the config file.
-    let exit_help = match subcommand {
-        None | Some("run") => Some(EXIT_CODE_HELP),
-        Some("status") => Some(STATUS_EXIT_HELP),
-        Some("list") => Some(LIST_EXIT_HELP),
-        Some("break") => Some(BREAK_EXIT_HELP),
+    let exit_rows = match subcommand {
+        None | Some("run") => Some(exit::RUN),
+        Some("status") => Some(exit::STATUS),
+        Some("list") => Some(exit::LIST),
+        Some("break") => Some(exit::BREAK),
         _ => None,
     };
-    if let Some(help) = exit_help {
-        sections.push(("EXIT STATUS", preformatted(body(help))));
+    if let Some(rows) = exit_rows {
+        sections.push(("EXIT STATUS", preformatted(&body(&exit::help(rows)))));
         let read = format!("{}\n{}", environment_read(root), reference::OTHER_VARIABLES);
         let mut environment = preformatted(&read);
         if matches!(subcommand, None | Some("run")) {
             environment.push_str(".SS \"Given to the command\"\n");
-            environment.push_str(&preformatted(body(ENVIRONMENT_HELP)));
+            environment.push_str(&preformatted(&body(ENVIRONMENT_HELP)));
         }
         sections.push(("ENVIRONMENT", environment));
         sections.push(("FILES", preformatted(reference::CONFIG_FILE)));

@@ -9,15 +9,17 @@
 //   break_lock, generate     `zklock break`; `generate` prints completions
 //                            and man pages)
 //   cli, present             the command-line model the subcommands take
-//                            their arguments from; how the operator commands
-//                            show a lock
+//                            their arguments from; everything zklock tells
+//                            people of a lock (holders, run records, the
+//                            JSON of `status` and `list`)
 //   lock, command            the lock recipe (a lock is taken in
 //                            lock::acquire); the command's processes
 //   session                  connection settings and the ZooKeeper session
-//   exit, report, values,    exit codes, messages, parsed values and times;
-//   zk                       ZooKeeper's protocol and one session (no locks);
-//                            the package's library (src/lib.rs), used as
-//                            `zklock::zk` here and by tests/ and bench/
+//   exit, report, values,    exit codes, messages, parsed values and times
+//   origin, zk               (the one duration format); this host, user and
+//                            CI job; ZooKeeper's protocol and one session (no
+//                            locks): the package's library (src/lib.rs), used
+//                            as `zklock::zk` here and by tests/ and bench/
 mod break_lock;
 mod cli;
 mod command;
@@ -26,6 +28,7 @@ mod generate;
 mod hold;
 mod list;
 mod lock;
+mod origin;
 mod present;
 mod report;
 mod run;
@@ -104,7 +107,7 @@ fn one_line(rendered: &str) -> String {
     // clap quotes the offending value as given, control characters included.
     format!(
         "{}; see '{}--help'",
-        lock::holder::escape_controls(&words.join(" ")),
+        present::escape_controls(&words.join(" ")),
         subcommand_given()
     )
 }

@@ -3,22 +3,17 @@
 use std::time::SystemTime;
 
 use anyhow::Result;
-use serde::Serialize;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::cli::StatusArgs;
 use crate::exit::Exit;
 use crate::lock::directory::PathKind;
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
 use crate::lock::{inspect, nodes, record};
-use crate::present::{self, LockJson};
+use crate::present::json::{self, StatusJson};
+use crate::present::{self, LockStatus};
 use crate::report::print_stdout;
 use crate::session::{self, Session};
-
-#[derive(Serialize)]
-struct StatusJson {
-    locks: Vec<LockJson>,
-}
 
 pub fn status(args: StatusArgs) -> Result<Exit> {
     session::block_on(async {
@@ -29,15 +24,17 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
         let locks = async {
             let mut locks = Vec::new();
             for path in &args.paths {
-                locks.push(lock_json(session.client(), path.as_str(), guarded).await?);
+                locks.push(lock_status(session.client(), path.as_str(), guarded).await?);
             }
             anyhow::Ok(locks)
         }
         .await;
         session.close(&[]).await;
         let locks = locks?;
-        let any_taken = locks.iter().any(|l| l.held || !l.waiting.is_empty());
+        let any_taken =
+            (locks.iter()).any(|l| !l.view.holders.is_empty() || !l.view.waiting.is_empty());
         if args.json {
+            let locks = locks.iter().map(json::lock).collect();
             print_stdout(&serde_json::to_string_pretty(&StatusJson { locks })?);
         } else {
             let text: Vec<String> = locks.iter().map(present::lock_text).collect();
@@ -52,31 +49,34 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
 }
 
 /// The lock at `path` with its run record and ACL warning.
-async fn lock_json(client: &zk::Client, path: &str, guarded: bool) -> Result<LockJson> {
+async fn lock_status(client: &zk::client::Client, path: &str, guarded: bool) -> Result<LockStatus> {
     let (view, open) = tokio::join!(
         inspect::read_lock(client, path),
         open_dirs(client, path, guarded),
     );
     let view = view?;
-    let mut json = present::lock_json(path, &view, SystemTime::now());
     // A plain lock's nodes are in PATH, a semaphore's in its leases and gate.
     let semaphore = matches!(view.kind, PathKind::Semaphore { .. });
-    json.unprotected = open
+    let mut status = LockStatus::new(path, view, SystemTime::now());
+    status.unprotected = open
         .into_iter()
         .find(|(dir, _)| (dir == path) != semaphore)
         .map(|(_, problem)| problem);
     if let Some((record, _)) = record::read(client, path).await? {
-        json.last_run = record.last_run;
-        json.last_success = record.last_success;
+        status.record = record;
     }
-    Ok(json)
+    Ok(status)
 }
 
 /// The directories that may hold `path`'s nodes (the path, a semaphore's
 /// leases and gate) whose ACL lets anyone delete them, with why; their ACLs
 /// are asked for all at once, alongside the lock's own reads. Nothing when
 /// not `guarded` or not readable.
-async fn open_dirs(client: &zk::Client, path: &str, guarded: bool) -> Vec<(String, String)> {
+async fn open_dirs(
+    client: &zk::client::Client,
+    path: &str,
+    guarded: bool,
+) -> Vec<(String, String)> {
     if !guarded {
         return Vec::new();
     }
@@ -85,8 +85,12 @@ async fn open_dirs(client: &zk::Client, path: &str, guarded: bool) -> Vec<(Strin
         recipe::child(path, SEMAPHORE_LEASES),
         recipe::child(path, SEMAPHORE_GATE),
     ];
-    let answers = futures::future::join_all(dirs.iter().map(|dir| client.get_acl(dir))).await;
-    let open = |(dir, answer): (String, Result<(Vec<zk::Acl>, zk::Stat), zk::Error>)| {
+    let answers =
+        futures::future::join_all(dirs.iter().map(|dir| client.call(|b| b.get_acl(dir)))).await;
+    let open = |(dir, answer): (
+        String,
+        Result<(Vec<zk::records::Acl>, zk::records::Stat), zk::records::Error>,
+    )| {
         let problem = nodes::open_dir_problem(&dir, &answer.ok()?.0)?;
         Some((dir, problem))
     };

@@ -4,7 +4,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::exit::EXIT_CODE_HELP;
+use crate::exit::{self, help};
 use crate::session::Options;
 use crate::values::{LockPath, ZnodePath};
 
@@ -23,7 +23,7 @@ pub use run::{ENVIRONMENT_HELP, RunArgs};
 /// number of hosts, in arrival order. The lock is released when the command
 /// ends, when zklock is signalled, or when zklock dies (with its session).
 #[derive(Debug, Parser)]
-#[command(name = "zklock", version, propagate_version = true, after_help = EXIT_CODE_HELP)]
+#[command(name = "zklock", version, propagate_version = true, after_help = help(exit::RUN))]
 #[command(subcommand_required = true, arg_required_else_help = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -38,7 +38,7 @@ pub enum Command {
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
     ///   zklock run --once-per 20h -q /locks/nightly-backup -- ./backup.sh
-    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{EXIT_CODE_HELP}"), verbatim_doc_comment)]
+    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{}", help(exit::RUN)), verbatim_doc_comment)]
     Run(RunArgs),
 
     /// Take the lock at PATH and keep it for the calling shell's next steps.
@@ -78,7 +78,7 @@ pub enum Command {
     /// Examples:
     ///   zklock status /locks/nightly-backup
     ///   zklock status --json /locks/deploy /locks/db
-    #[command(after_help = STATUS_EXIT_HELP, verbatim_doc_comment)]
+    #[command(after_help = help(exit::STATUS), verbatim_doc_comment)]
     Status(StatusArgs),
 
     /// List every lock under PREFIX (default /), recursively.
@@ -89,7 +89,7 @@ pub enum Command {
     /// Examples:
     ///   zklock list /locks
     ///   zklock list --json
-    #[command(after_help = LIST_EXIT_HELP, verbatim_doc_comment)]
+    #[command(after_help = help(exit::LIST), verbatim_doc_comment)]
     List(ListArgs),
 
     /// Delete the node of a lock's current holder (or the node named).
@@ -104,7 +104,7 @@ pub enum Command {
     ///   zklock break /locks/nightly-backup
     ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
     ///   zklock break --record /locks/nightly-backup
-    #[command(after_help = BREAK_EXIT_HELP, verbatim_doc_comment)]
+    #[command(after_help = help(exit::BREAK), verbatim_doc_comment)]
     Break(BreakArgs),
 
     /// Print the completion script for SHELL on stdout.
@@ -143,34 +143,6 @@ pub const SUBCOMMANDS: [&str; 8] = [
     "completions",
     "man",
 ];
-
-pub const STATUS_EXIT_HELP: &str = "\
-Exit status:
-  0   every PATH is free (no holder, no waiter)
-  1   at least one PATH is held or has waiters
-  69  cannot reach the ensemble within --connect-timeout
-  77  authentication failed or an ACL denies reading
-  64  usage error
-  70  any other ZooKeeper or internal error";
-
-pub const LIST_EXIT_HELP: &str = "\
-Exit status:
-  0   listed (also when no lock was found)
-  69  cannot reach the ensemble within --connect-timeout
-  77  authentication failed or an ACL denies reading
-  64  usage error
-  70  any other ZooKeeper or internal error";
-
-pub const BREAK_EXIT_HELP: &str = "\
-Exit status:
-  0   the node was deleted
-  1   nothing deleted: the path is free, the node (or --record) does not
-      exist, or the answer at the prompt was not yes
-  75  nothing deleted: the holder (or record) changed after it was shown
-  64  usage error, or no terminal to ask at and no --yes
-  69  cannot reach the ensemble within --connect-timeout
-  77  authentication failed or an ACL denies the delete
-  70  any other ZooKeeper or internal error";
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {

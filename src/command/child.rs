@@ -22,6 +22,7 @@ use crate::command::signals::{self, Signals, is_terminating};
 use crate::command::spawn;
 use crate::exit::{Exit, Failure};
 use crate::report::Report;
+use crate::values::human_duration;
 
 /// How often to look for stragglers in the command's process group after the
 /// command itself exited; there is no event for "the group is empty".
@@ -363,11 +364,10 @@ pub async fn supervise(
                     let stopped = child.continued().filter(|time| *time >= limits.stop_limit);
                     if let Some(stopped) = stopped.filter(|_| !lock_lost) {
                         (lock_lost, watching) = (true, false);
-                        let stopped = Duration::from_secs(stopped.as_secs());
                         report.error(format_args!(
                             "lock lost: zklock was stopped for {}, longer than its session \
                              can be kept without it; terminating the command",
-                            humantime::format_duration(stopped)
+                            human_duration(stopped)
                         ));
                         give_up(&mut child, &mut kill_at, *deadline.borrow());
                     }

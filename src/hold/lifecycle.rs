@@ -114,7 +114,7 @@ pub(super) async fn lifecycle(
         ours,
         record,
     };
-    let (deadline, _handed) = lease::deadline(policy);
+    let (deadline, _handed) = lease::deadline(session.client(), policy);
     let max_hold = binding.max_hold.map(|max| Instant::now() + max);
     let mut holder = plan.holder();
     if let Some(hold) = &mut holder.hold {

@@ -4,7 +4,7 @@
 //! same predicate the acquire loop uses (`recipe::standing`).
 
 use serde::Serialize;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::lock::holder::HolderData;
 use crate::lock::recipe::{self, Class, LEASE, LOCK, READ, WRITE};
@@ -13,7 +13,7 @@ use crate::lock::recipe::{self, Class, LEASE, LOCK, READ, WRITE};
 #[derive(Debug, Clone)]
 pub struct ChildNode {
     pub name: String,
-    pub stat: zk::Stat,
+    pub stat: zk::records::Stat,
     pub data: Vec<u8>,
 }
 
@@ -177,7 +177,7 @@ pub mod tests {
     pub fn node(name: &str, czxid: i64, owner: i64, data: &str) -> ChildNode {
         ChildNode {
             name: name.into(),
-            stat: zk::Stat {
+            stat: zk::records::Stat {
                 czxid,
                 mzxid: czxid,
                 pzxid: czxid,

@@ -3,7 +3,10 @@
 
 use anyhow::{Context, Result};
 use futures::future::join_all;
-use zookeeper_client as zk;
+use zklock::zk::answers::ReadResult;
+use zklock::zk::client::Client;
+use zklock::zk::ops::ReadOp;
+use zklock::zk::records::Error;
 
 use crate::lock::directory::{self, ChildNode, LockView};
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
@@ -14,7 +17,7 @@ use crate::session::retrying;
 const BATCH: usize = 100;
 
 /// The holders and queue of the lock at `path`; a missing path is free.
-pub async fn read_lock(client: &zk::Client, path: &str) -> Result<LockView> {
+pub async fn read_lock(client: &Client, path: &str) -> Result<LockView> {
     let children = list(client, path).await?;
     if recipe::looks_like_semaphore(&children) {
         if let Some(limit) = read_limit(client, path).await? {
@@ -30,24 +33,27 @@ pub async fn read_lock(client: &zk::Client, path: &str) -> Result<LockView> {
 }
 
 /// The children of `dir`; none if it does not exist.
-async fn list(client: &zk::Client, dir: &str) -> Result<Vec<String>> {
-    match retrying(|| client.list_children(dir)).await {
-        Err(zk::Error::NoNode) => Ok(Vec::new()),
+async fn list(client: &Client, dir: &str) -> Result<Vec<String>> {
+    match retrying(|| client.call(|b| b.get_children(dir, false)))
+        .await
+        .map(|c| c.children)
+    {
+        Err(Error::NoNode) => Ok(Vec::new()),
         result => result.with_context(|| format!("listing {dir}")),
     }
 }
 
 /// A semaphore's limit: the data of its directory, if it is one.
-async fn read_limit(client: &zk::Client, path: &str) -> Result<Option<u32>> {
-    match retrying(|| client.get_data(path)).await {
-        Err(zk::Error::NoNode) => Ok(None),
+async fn read_limit(client: &Client, path: &str) -> Result<Option<u32>> {
+    match retrying(|| client.call(|b| b.get_data(path, false))).await {
+        Err(Error::NoNode) => Ok(None),
         result => Ok(recipe::decode_limit(
-            &result.with_context(|| format!("reading {path}"))?.0,
+            &result.with_context(|| format!("reading {path}"))?.data,
         )),
     }
 }
 
-async fn read_semaphore(client: &zk::Client, path: &str, limit: u32) -> Result<LockView> {
+async fn read_semaphore(client: &Client, path: &str, limit: u32) -> Result<LockView> {
     let leases = recipe::child(path, SEMAPHORE_LEASES);
     let gate = recipe::child(path, SEMAPHORE_GATE);
     let leases = read_nodes(client, &leases, list(client, &leases).await?).await?;
@@ -56,7 +62,7 @@ async fn read_semaphore(client: &zk::Client, path: &str, limit: u32) -> Result<L
 }
 
 /// Data and stat of the children `names` of `dir`.
-async fn read_nodes(client: &zk::Client, dir: &str, names: Vec<String>) -> Result<Vec<ChildNode>> {
+async fn read_nodes(client: &Client, dir: &str, names: Vec<String>) -> Result<Vec<ChildNode>> {
     let paths: Vec<String> = names.iter().map(|n| recipe::child(dir, n)).collect();
     let results = multi_read(client, &paths, Read::Data).await?;
     Ok(child_nodes(names, results))
@@ -65,13 +71,13 @@ async fn read_nodes(client: &zk::Client, dir: &str, names: Vec<String>) -> Resul
 /// Each name with its read; those deleted meanwhile are left out.
 fn child_nodes(
     names: impl IntoIterator<Item = String>,
-    reads: impl IntoIterator<Item = zk::MultiReadResult>,
+    reads: impl IntoIterator<Item = Result<ReadResult, Error>>,
 ) -> Vec<ChildNode> {
     names
         .into_iter()
         .zip(reads)
         .filter_map(|(name, read)| match read {
-            zk::MultiReadResult::Data { data, stat } => Some(ChildNode { name, stat, data }),
+            Ok(ReadResult::Data { data, stat }) => Some(ChildNode { name, stat, data }),
             _ => None,
         })
         .collect()
@@ -86,21 +92,19 @@ enum Read {
 /// One read per path, as multi-reads of [`BATCH`] operations, all in flight
 /// at once; the results in the order of `paths`.
 async fn multi_read(
-    client: &zk::Client,
+    client: &Client,
     paths: &[String],
     read: Read,
-) -> Result<Vec<zk::MultiReadResult>> {
+) -> Result<Vec<Result<ReadResult, Error>>> {
     let mut batches = Vec::new();
     for chunk in paths.chunks(BATCH) {
-        let mut reader = client.new_multi_reader();
-        for path in chunk {
-            match read {
-                Read::Data => reader.add_get_data(path),
-                Read::Children => reader.add_get_children(path),
-            }
-            .with_context(|| format!("bad path {path}"))?;
-        }
-        batches.push(reader.commit());
+        let reads = (chunk.iter().cloned())
+            .map(|path| match read {
+                Read::Data => ReadOp::GetData(path),
+                Read::Children => ReadOp::GetChildren(path),
+            })
+            .collect();
+        batches.push(client.read_many(reads));
     }
     let mut results = Vec::with_capacity(paths.len());
     for batch in join_all(batches).await {
@@ -113,7 +117,7 @@ async fn multi_read(
 /// path order. The tree is read level by level, each level in batched
 /// multi-reads all in flight at once; lock nodes (ephemerals) and a
 /// semaphore's own `locks`/`leases` are not descended into.
-pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String, LockView)>> {
+pub async fn read_tree(client: &Client, prefix: &str) -> Result<Vec<(String, LockView)>> {
     let mut found = Vec::new();
     let mut level = vec![prefix.to_owned()];
     while !level.is_empty() {
@@ -122,7 +126,7 @@ pub async fn read_tree(client: &zk::Client, prefix: &str) -> Result<Vec<(String,
         let mut semaphores = Vec::new();
         let mut plain = Vec::new();
         for (dir, listing) in level.iter().zip(listings) {
-            let zk::MultiReadResult::Children { children } = listing else {
+            let Ok(ReadResult::Children(children)) = listing else {
                 continue;
             };
             let (contenders, others): (Vec<String>, Vec<String>) = children

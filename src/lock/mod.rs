@@ -26,13 +26,22 @@ pub async fn acquire(
     owned: &mut Vec<Node>,
     observer: &mut dyn Observer,
 ) -> Result<Acquired> {
-    let marker = match request.kind {
-        LockKind::Exclusive => LOCK,
-        LockKind::Read => READ,
-        LockKind::Write => WRITE,
-        LockKind::Semaphore(limit) => {
-            return semaphore::acquire_permit(request, limit, owned, observer).await;
-        }
+    let Some(marker) = marker(request.kind) else {
+        let LockKind::Semaphore(limit) = request.kind else {
+            unreachable!("every other kind has a marker")
+        };
+        return semaphore::acquire_permit(request, limit, owned, observer).await;
     };
     take_turn(request, request.dir, marker, owned, observer).await
+}
+
+/// The marker in the names of a lock's contenders of `kind`; None for a
+/// semaphore, whose contenders queue elsewhere (semaphore.rs).
+pub fn marker(kind: LockKind) -> Option<&'static str> {
+    match kind {
+        LockKind::Exclusive => Some(LOCK),
+        LockKind::Read => Some(READ),
+        LockKind::Write => Some(WRITE),
+        LockKind::Semaphore(_) => None,
+    }
 }

@@ -6,7 +6,7 @@
 //! ever raised (versioned writes), never to an older run.
 
 use anyhow::Result;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::lock::holder::{HolderData, Seen};
 use crate::lock::recipe;
@@ -31,13 +31,15 @@ pub struct Trace {
 impl Trace {
     /// From the answer to a read of the node; None if that read failed
     /// (nothing is known).
-    pub fn from_read(answer: Result<(Vec<u8>, zk::Stat), zk::Error>) -> Option<Trace> {
+    pub fn from_read(
+        answer: Result<(Vec<u8>, zk::records::Stat), zk::records::Error>,
+    ) -> Option<Trace> {
         match answer {
             Ok((data, stat)) => Some(Trace {
                 known: Some((data, stat.version)),
                 mtime: stat.mtime,
             }),
-            Err(zk::Error::NoNode) => Some(Trace {
+            Err(zk::records::Error::NoNode) => Some(Trace {
                 known: None,
                 mtime: 0,
             }),
@@ -60,8 +62,13 @@ impl Trace {
 }
 
 /// Reads the node of the lock at `lock`.
-pub async fn read(client: &zk::Client, lock: &str) -> Option<Trace> {
-    Trace::from_read(client.get_data(&newest_path(lock)).await)
+pub async fn read(client: &zk::client::Client, lock: &str) -> Option<Trace> {
+    Trace::from_read(
+        client
+            .call(|b| b.get_data(&newest_path(lock), false))
+            .await
+            .map(|d| (d.data, d.stat)),
+    )
 }
 
 /// The age of the run that data names.
@@ -73,9 +80,9 @@ fn recorded_age(data: &[u8]) -> Option<i64> {
 /// or newer; `trace` is the node as read, if it was. True if it names a
 /// newer run.
 pub async fn raise(
-    client: &zk::Client,
+    client: &zk::client::Client,
     lock: &str,
-    acls: &[zk::Acl],
+    acls: &[zk::records::Acl],
     trace: Option<&Trace>,
     own: &HolderData,
     age: i64,
@@ -137,8 +144,8 @@ mod tests {
         // Data without an age names no run; no node is no run.
         let foreign = Trace::from_read(Ok((own.to_bytes(), stat()))).unwrap();
         assert!(foreign.run().is_none() && foreign.known.is_some());
-        let none = Trace::from_read(Err(zk::Error::NoNode)).unwrap();
+        let none = Trace::from_read(Err(zk::records::Error::NoNode)).unwrap();
         assert!(none.run().is_none() && none.known.is_none());
-        assert!(Trace::from_read(Err(zk::Error::ConnectionLoss)).is_none());
+        assert!(Trace::from_read(Err(zk::records::Error::ConnectionLoss)).is_none());
     }
 }

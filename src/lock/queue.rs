@@ -4,16 +4,17 @@
 //! a semaphore's gate (`semaphore.rs`). Also the vocabulary of a wait
 //! (request, outcome, observer) and the watches it leaves for the lease.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::cell::Cell;
 
 use anyhow::{Context, Result};
 use futures::FutureExt;
-use zookeeper_client as zk;
+use zklock::zk::client::Client;
+use zklock::zk::records::{Acl, Error, EventType};
+use zklock::zk::watches::Watch;
 
 use crate::exit::Failure;
 use crate::lock::holder::Seen;
-pub use crate::lock::nodes::{MissingChroot, Node, paths};
+pub use crate::lock::nodes::{Creating, MissingChroot, Node, NodeSpec, paths};
 use crate::lock::nodes::{create_node, denied};
 use crate::lock::recipe::{self, LockKind, Standing};
 use crate::lock::supersede::{self, Ours, Queueing};
@@ -34,10 +35,10 @@ pub trait Observer {
 }
 
 /// A data watch on one of our nodes: resolves with the first event on it
-/// (deleted, data changed, session ended). Set while waiting and handed to
-/// the lease with the lock, so no request is left to make once our turn
-/// comes, while the command starts.
-pub type NodeWatch = Pin<Box<dyn Future<Output = zk::WatchedEvent>>>;
+/// (deleted, data changed) or why the session ended. Set while waiting and
+/// handed to the lease with the lock, so no request is left to make once
+/// our turn comes, while the command starts.
+pub type NodeWatch = Watch;
 
 /// How a wait for a lock ended, short of an error.
 pub enum Acquired {
@@ -51,14 +52,14 @@ pub enum Acquired {
     /// ahead of our node, which is deleted with the session.
     QueueFull(usize),
     /// A newer `--supersede` run removed our node, or is known to have
-    /// queued since we first did (we have --supersede too); who it is, for
-    /// people (supersede.rs).
-    Superseded(String),
+    /// queued since we first did (we have --supersede too); its node or
+    /// record as read, for people (supersede.rs).
+    Superseded(Option<Seen>),
 }
 
 /// Everything a caller needs to take one lock.
 pub struct Request<'a> {
-    pub client: &'a zk::Client,
+    pub client: &'a Client,
     pub dir: &'a str,
     pub kind: LockKind,
     pub data: &'a [u8],
@@ -72,7 +73,10 @@ pub struct Request<'a> {
     /// also in `data` (holder.rs). The run's age (supersede.rs).
     pub first_queued: Option<i64>,
     /// The ACL of every node created, containers included.
-    pub acls: &'a [zk::Acl],
+    pub acls: &'a [Acl],
+    /// Our node's first attempt, already sent in the session's first
+    /// burst (for `dir` only), if it was.
+    pub first: Cell<Option<Creating>>,
 }
 
 /// Queues a `marker` node in `dir` and waits until nothing that excludes it
@@ -104,10 +108,13 @@ pub async fn take_turn(
     'queue: loop {
         let children = match listed.take() {
             Some(children) => children,
-            None => retrying(|| client.list_children(dir))
-                .await
-                .map_err(|err| denied(err, dir, "READ"))
-                .context("listing the lock's queue")?,
+            None => {
+                retrying(|| client.call(|b| b.get_children(dir, false)))
+                    .await
+                    .map_err(|err| denied(err, dir, "READ"))
+                    .context("listing the lock's queue")?
+                    .children
+            }
         };
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
@@ -144,7 +151,9 @@ pub async fn take_turn(
         // the listing is 2,000 names.
         drop(children);
         let first_data = match observer.wants_data() && first != reported_first {
-            true => client.get_data(&first).await.ok().map(Seen::from),
+            true => (client.call(|b| b.get_data(&first, false)).await)
+                .ok()
+                .map(|found| Seen::from((found.data, found.stat))),
             false => None,
         };
         observer.waiting(ahead, &first, first_data.as_ref());
@@ -157,32 +166,38 @@ pub async fn take_turn(
             // gone, an exists watch would stay behind on the server as a
             // creation watch.
             let (ahead_watch, own_watch_now) = tokio::join!(
-                retrying(|| client.get_and_watch_data(&predecessor)),
+                retrying(|| client.call(|b| b.get_data(&predecessor, true))),
                 watch_own(client, &node.path, own_watch.take()),
             );
             let Some(mut own_watch_now) = own_watch_now? else {
                 return Ok(lost(request, &ours, None).await);
             };
             let event = match ahead_watch {
-                Err(zk::Error::NoNode) => None,
+                Err(Error::NoNode) => None,
                 Err(err) => return Err(err).context("watching the node ahead of us"),
-                Ok((_data, _stat, watcher)) => tokio::select! {
-                    biased;
-                    _ = &mut own_watch_now => continue 'queue,
-                    event = watcher.changed() => Some(event.event_type),
-                },
+                Ok(found) => {
+                    let watcher = found.watch.expect("a watch asked for");
+                    tokio::select! {
+                        biased;
+                        _ = &mut own_watch_now => continue 'queue,
+                        event = watcher => match event {
+                            Ok(event) => Some(event.event_type),
+                            Err(err) => return Err(err).context("waiting for the node ahead of us"),
+                        },
+                    }
+                }
             };
             // Events come in the order of the changes they report: with none
             // for our node, it was still there when the node ahead went.
             // A watch found fired is spent: drop it.
-            if own_watch_now.as_mut().now_or_never().is_some() {
+            if (&mut own_watch_now).now_or_never().is_some() {
                 continue 'queue;
             }
             own_watch = Some(own_watch_now);
             // A holder writes its node once its command runs (holder.rs):
             // the node is still there, so watch it again without listing.
-            if event != Some(zk::EventType::NodeDataChanged) {
-                break matches!(event, None | Some(zk::EventType::NodeDeleted));
+            if event != Some(EventType::NodeDataChanged) {
+                break matches!(event, None | Some(EventType::NodeDeleted));
             }
             // That write means the node ahead now holds the lock: everything
             // before it is gone. To report who holds it, list again and read
@@ -215,7 +230,7 @@ async fn lost(request: &Request<'_>, ours: &Ours<'_>, children: Option<&[String]
         return Acquired::Lost;
     }
     match supersede::lost(ours, children).await {
-        Some(by) => Acquired::Superseded(by),
+        Some(by) => Acquired::Superseded(Some(by)),
         None => Acquired::Lost,
     }
 }
@@ -230,15 +245,15 @@ pub async fn enqueue(
     owned: &mut Vec<Node>,
     observer: &mut dyn Observer,
 ) -> Result<(Node, Option<Vec<String>>)> {
-    let (node, children) = create_node(
-        request.client,
+    let spec = NodeSpec {
         dir,
         marker,
-        request.data,
-        request.acls,
-        true,
-    )
-    .await?;
+        data: request.data,
+        acls: request.acls,
+        list: true,
+    };
+    let first = request.first.take().filter(|_| dir == request.dir);
+    let (node, children) = create_node(request.client, spec, first).await?;
     observer.queued(&node);
     owned.push(node.clone());
     Ok((node, children))
@@ -257,29 +272,27 @@ fn queue_full(limit: u32, children: &[String], me: &str) -> Option<usize> {
 /// `existing`, or a new data watch on our node at `path`; None if the node
 /// is gone (or, which cannot happen, not ours).
 async fn watch_own(
-    client: &zk::Client,
+    client: &Client,
     path: &str,
     existing: Option<NodeWatch>,
 ) -> Result<Option<NodeWatch>> {
     if existing.is_some() {
         return Ok(existing);
     }
-    match retrying(|| client.get_and_watch_data(path)).await {
-        Ok((_, stat, watcher)) if stat.ephemeral_owner == client.session_id().0 => {
-            Ok(Some(Box::pin(watcher.changed())))
-        }
-        Ok(_) | Err(zk::Error::NoNode) => Ok(None),
+    match retrying(|| client.call(|b| b.get_data(path, true))).await {
+        Ok(found) if found.stat.ephemeral_owner == client.session_id() => Ok(found.watch),
+        Ok(_) | Err(Error::NoNode) => Ok(None),
         Err(err) => Err(err).context("watching our node"),
     }
 }
 
 /// A plain lock asked for on a semaphore's path would not exclude the
 /// semaphore's holders: refuse it, saying what the path is.
-async fn refuse_as_lock(client: &zk::Client, dir: &str) -> Result<()> {
-    let limit = retrying(|| client.get_data(dir))
+async fn refuse_as_lock(client: &Client, dir: &str) -> Result<()> {
+    let limit = retrying(|| client.call(|b| b.get_data(dir, false)))
         .await
         .ok()
-        .and_then(|(data, _)| recipe::decode_limit(&data));
+        .and_then(|found| recipe::decode_limit(&found.data));
     match limit {
         Some(limit) => Err(Failure::usage(format!(
             "{dir} is a semaphore of {limit}; take it with --limit {limit}"

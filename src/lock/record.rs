@@ -4,7 +4,8 @@
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use zookeeper_client as zk;
+use zklock::zk;
+use zklock::zk::ops::CreateMode;
 
 use crate::lock::recipe;
 use crate::session::retrying;
@@ -146,11 +147,17 @@ pub fn reported_success(record: &Record, now_ms: i64, window_ms: i64) -> Option<
 const TRIES: usize = 10;
 
 /// The record of the lock at `lock`, if there is one.
-pub async fn read(client: &zk::Client, lock: &str) -> Result<Option<(Record, zk::Stat)>> {
+pub async fn read(
+    client: &zk::client::Client,
+    lock: &str,
+) -> Result<Option<(Record, zk::records::Stat)>> {
     let path = record_path(lock);
-    match retrying(|| client.get_data(&path)).await {
+    match retrying(|| client.call(|b| b.get_data(&path, false)))
+        .await
+        .map(|d| (d.data, d.stat))
+    {
         Ok((data, stat)) => Ok(Some((Record::parse(&data), stat))),
-        Err(zk::Error::NoNode) => Ok(None),
+        Err(zk::records::Error::NoNode) => Ok(None),
         Err(err) => Err(err).with_context(|| format!("reading {path}")),
     }
 }
@@ -167,7 +174,11 @@ pub struct Stamped {
 
 /// Rewrites the record unchanged (creating it if missing) to learn the
 /// server's time from the write's mtime. Call it while holding the lock.
-pub async fn stamp(client: &zk::Client, lock: &str, acls: &[zk::Acl]) -> Result<Stamped> {
+pub async fn stamp(
+    client: &zk::client::Client,
+    lock: &str,
+    acls: &[zk::records::Acl],
+) -> Result<Stamped> {
     let path = record_path(lock);
     let unchanged = |data: Option<&[u8]>| {
         Ok::<_, std::convert::Infallible>(
@@ -196,11 +207,11 @@ pub enum Recorded {
 /// again and `run` is merged into it, unless a later holder's run is
 /// recorded there.
 pub async fn record(
-    client: &zk::Client,
+    client: &zk::client::Client,
     lock: &str,
     known: Option<(Record, i32)>,
     run: &RunRecord,
-    acls: &[zk::Acl],
+    acls: &[zk::records::Acl],
 ) -> Result<Recorded> {
     let known = known.map(|(record, version)| (record.to_bytes(), version));
     let mut later = None;
@@ -228,20 +239,22 @@ pub async fn record(
 /// and version) stands in for the first read. `change` may stop with a
 /// value instead. What was written, and the write's stat.
 pub async fn rewrite<T>(
-    client: &zk::Client,
+    client: &zk::client::Client,
     path: &str,
-    acls: &[zk::Acl],
+    acls: &[zk::records::Acl],
     mut known: Option<(Vec<u8>, i32)>,
     not_done: &str,
     mut change: impl FnMut(Option<&[u8]>) -> Result<Vec<u8>, T>,
-) -> Result<Result<(Vec<u8>, zk::Stat), T>> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+) -> Result<Result<(Vec<u8>, zk::records::Stat), T>> {
     for _ in 0..TRIES {
         let current = match known.take() {
             Some(known) => Some(known),
-            None => match retrying(|| client.get_data(path)).await {
+            None => match retrying(|| client.call(|b| b.get_data(path, false)))
+                .await
+                .map(|d| (d.data, d.stat))
+            {
                 Ok((data, stat)) => Some((data, stat.version)),
-                Err(zk::Error::NoNode) => None,
+                Err(zk::records::Error::NoNode) => None,
                 Err(err) => return Err(err).with_context(|| format!("reading {path}")),
             },
         };
@@ -251,15 +264,19 @@ pub async fn rewrite<T>(
         };
         let written = match current {
             Some((_, version)) => {
-                match retrying(|| client.set_data(path, &data, Some(version))).await {
-                    Err(zk::Error::BadVersion | zk::Error::NoNode) => None,
+                match retrying(|| client.call(|b| b.set_data(path, &data, version))).await {
+                    Err(zk::records::Error::BadVersion | zk::records::Error::NoNode) => None,
                     result => Some(result.with_context(|| format!("writing {path}"))?),
                 }
             }
-            None => match retrying(|| client.create(path, &data, &persistent)).await {
-                Err(zk::Error::NodeExists) => None,
-                result => Some(result.with_context(|| format!("creating {path}"))?.0),
-            },
+            None => {
+                let create =
+                    || client.call(|b| b.create(path, &data, acls, CreateMode::Persistent));
+                match retrying(create).await {
+                    Err(zk::records::Error::NodeExists) => None,
+                    result => Some(result.with_context(|| format!("creating {path}"))?.stat),
+                }
+            }
         };
         if let Some(stat) = written {
             return Ok(Ok((data, stat)));

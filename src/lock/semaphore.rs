@@ -2,11 +2,11 @@
 //! and keeping plain locks and semaphores off each other's paths.
 
 use anyhow::{Context, Result, bail};
-use zookeeper_client as zk;
+use zklock::zk;
 
 use crate::exit::Failure;
 use crate::lock::nodes::{
-    MissingChroot, Node, create_ancestors, create_dir, create_node, denied, parent,
+    MissingChroot, Node, NodeSpec, create_ancestors, create_dir, create_node, denied, parent,
 };
 use crate::lock::queue::{Acquired, Observer, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
@@ -29,24 +29,25 @@ pub async fn acquire_permit(
         true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
         false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, observer).await?,
     };
-    // The gate's watch lives until the gate is deleted, which consumes it;
-    // dropped earlier, it would cost a RemoveWatches request.
-    let (gate, _gate_watch) = match taken {
-        Acquired::Held(gate, watch) => (gate, watch),
+    let gate = match taken {
+        Acquired::Held(gate, _) => gate,
         other => return Ok(other),
     };
-    let (lease, _) = create_node(client, &leases, LEASE, request.data, request.acls, false).await?;
+    let spec = NodeSpec {
+        dir: &leases,
+        marker: LEASE,
+        data: request.data,
+        acls: request.acls,
+        list: false,
+    };
+    let (lease, _) = create_node(client, spec, None).await?;
     owned.push(lease.clone());
     loop {
-        let (children, watcher) = match request.wait {
-            true => retrying(|| client.list_and_watch_children(&leases))
-                .await
-                .map(|(children, watcher)| (children, Some(watcher))),
-            false => retrying(|| client.list_children(&leases))
-                .await
-                .map(|children| (children, None)),
-        }
-        .context("listing the semaphore's leases")?;
+        let wait = request.wait;
+        let listed = retrying(|| client.call(|b| b.get_children(&leases, wait)))
+            .await
+            .context("listing the semaphore's leases")?;
+        let (children, watcher) = (listed.children, listed.watch);
         if !children.iter().any(|c| c == lease.name()) {
             return Ok(Acquired::Lost);
         }
@@ -59,10 +60,10 @@ pub async fn acquire_permit(
             return Ok(Acquired::Busy);
         };
         observer.pool_full(children.len() - 1);
-        watcher.changed().await;
+        watcher.await.context("waiting for a permit")?;
     }
-    match retrying(|| client.delete(&gate.path, None)).await {
-        Ok(()) | Err(zk::Error::NoNode) => owned.retain(|n| n.path != gate.path),
+    match retrying(|| client.call(|b| b.delete(&gate.path, -1))).await {
+        Ok(()) | Err(zk::records::Error::NoNode) => owned.retain(|n| n.path != gate.path),
         Err(err) => return Err(err).context("releasing the semaphore's gate"),
     }
     // A plain lock taken on this path while its semaphore children were
@@ -96,9 +97,12 @@ async fn gate_without_waiting(
     loop {
         let queue = match listed.take() {
             Some(queue) => queue,
-            None => retrying(|| client.list_children(gate_dir))
-                .await
-                .context("listing the semaphore's gate")?,
+            None => {
+                retrying(|| client.call(|b| b.get_children(gate_dir, false)))
+                    .await
+                    .context("listing the semaphore's gate")?
+                    .children
+            }
         };
         let predecessor = match recipe::standing(&queue, gate.name()) {
             Standing::Held => return Ok(Acquired::Held(gate, None)),
@@ -108,14 +112,14 @@ async fn gate_without_waiting(
         // One round trip for both: the look at the pool and the watch on the
         // node ahead.
         let (pool, ahead) = tokio::join!(
-            retrying(|| client.list_and_watch_children(leases)),
-            retrying(|| client.get_and_watch_data(&predecessor)),
+            retrying(|| client.call(|b| b.get_children(leases, true))),
+            retrying(|| client.call(|b| b.get_data(&predecessor, true))),
         );
         let (pool, pool_watch) = match pool {
-            Ok(found) => found,
+            Ok(found) => (found.children, found.watch.expect("a watch asked for")),
             // No lease was ever created, or the empty container was reaped:
             // create it, so that the child watch can be set.
-            Err(zk::Error::NoNode) => {
+            Err(zk::records::Error::NoNode) => {
                 create_ancestors(client, leases, request.acls).await?;
                 continue;
             }
@@ -125,11 +129,11 @@ async fn gate_without_waiting(
             return Ok(Acquired::Busy);
         }
         match ahead {
-            Err(zk::Error::NoNode) => continue,
+            Err(zk::records::Error::NoNode) => continue,
             Err(err) => return Err(err).context("watching the node ahead in the gate"),
-            Ok((_data, _stat, ahead_watch)) => tokio::select! {
-                _ = ahead_watch.changed() => {}
-                _ = pool_watch.changed() => {}
+            Ok(found) => tokio::select! {
+                _ = found.watch.expect("a watch asked for") => {}
+                _ = pool_watch => {}
             },
         }
     }
@@ -138,22 +142,22 @@ async fn gate_without_waiting(
 /// Makes `dir` a semaphore of `limit` (its data), or checks that it is one.
 /// A path in use as a plain lock, or a semaphore of another limit, is refused.
 async fn claim_semaphore(
-    client: &zk::Client,
+    client: &zk::client::Client,
     dir: &str,
     limit: u32,
-    acls: &[zk::Acl],
+    acls: &[zk::records::Acl],
 ) -> Result<()> {
     let wanted = recipe::encode_limit(limit);
     loop {
         match create_dir(client, dir, &wanted, acls).await {
             Ok(()) => return Ok(()),
-            Err(zk::Error::NodeExists) => {}
-            Err(zk::Error::NoNode) if parent(dir) == "/" => {
+            Err(zk::records::Error::NodeExists) => {}
+            Err(zk::records::Error::NoNode) if parent(dir) == "/" => {
                 return Err(
                     anyhow::Error::new(MissingChroot).context(format!("cannot create {dir}"))
                 );
             }
-            Err(zk::Error::NoNode) => {
+            Err(zk::records::Error::NoNode) => {
                 create_ancestors(client, parent(dir), acls).await?;
                 continue;
             }
@@ -161,8 +165,11 @@ async fn claim_semaphore(
                 return Err(denied(err, parent(dir), "CREATE")).context(format!("creating {dir}"));
             }
         }
-        let (data, stat) = match retrying(|| client.get_data(dir)).await {
-            Err(zk::Error::NoNode) => continue, // an empty container, just reaped
+        let (data, stat) = match retrying(|| client.call(|b| b.get_data(dir, false)))
+            .await
+            .map(|d| (d.data, d.stat))
+        {
+            Err(zk::records::Error::NoNode) => continue, // an empty container, just reaped
             result => result.context(format!("reading {dir}"))?,
         };
         if data == wanted {
@@ -181,19 +188,20 @@ async fn claim_semaphore(
         refuse_plain_lock(client, dir).await?;
         // An empty directory (a plain lock's leftover container, or one
         // created before us): claim it, unless someone changed it meanwhile.
-        match retrying(|| client.set_data(dir, &wanted, Some(stat.version))).await {
+        match retrying(|| client.call(|b| b.set_data(dir, &wanted, stat.version))).await {
             Ok(_) => return Ok(()),
-            Err(zk::Error::BadVersion | zk::Error::NoNode) => continue,
+            Err(zk::records::Error::BadVersion | zk::records::Error::NoNode) => continue,
             Err(err) => return Err(err).context(format!("claiming {dir}")),
         }
     }
 }
 
 /// Refuses `dir` if a plain lock's contenders are among its children.
-async fn refuse_plain_lock(client: &zk::Client, dir: &str) -> Result<()> {
-    let children = retrying(|| client.list_children(dir))
+async fn refuse_plain_lock(client: &zk::client::Client, dir: &str) -> Result<()> {
+    let children = retrying(|| client.call(|b| b.get_children(dir, false)))
         .await
-        .with_context(|| format!("listing {dir}"))?;
+        .with_context(|| format!("listing {dir}"))?
+        .children;
     if children
         .iter()
         .any(|c| recipe::parse_contender(c).is_some())

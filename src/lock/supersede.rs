@@ -11,16 +11,20 @@
 
 use std::cmp::Ordering;
 
-use zookeeper_client as zk;
+use zklock::zk;
+use zklock::zk::answers::MultiResult;
+use zklock::zk::burst::Burst;
+use zklock::zk::ops::MultiOp;
+use zklock::zk::records::Error;
 
-use crate::lock::holder::{self, HolderData, Seen};
+use crate::lock::holder::{HolderData, Seen};
 use crate::lock::newest::{self, Trace};
 use crate::lock::recipe::{self, Class, Contender, Standing};
 use crate::session::{is_connection_loss, retrying};
 
 /// Our node, as a `--supersede` run.
 pub struct Ours<'a> {
-    pub client: &'a zk::Client,
+    pub client: &'a zk::client::Client,
     pub dir: &'a str,
     /// Our node's name.
     pub me: &'a str,
@@ -29,7 +33,7 @@ pub struct Ours<'a> {
     /// Our node's data (holder.rs).
     pub data: &'a [u8],
     /// The ACL of every node we create.
-    pub acls: &'a [zk::Acl],
+    pub acls: &'a [zk::records::Acl],
 }
 
 /// What a run found as it queued.
@@ -38,8 +42,9 @@ pub enum Queueing {
     Kept,
     /// It removed older runs: the caller's listing is stale.
     Removed,
-    /// A newer run is known; who it is, for people.
-    Superseded(String),
+    /// A newer run is known: its node or record as read (None: unread),
+    /// for people.
+    Superseded(Option<Seen>),
 }
 
 /// Right after our node was created (`children` is a listing of its
@@ -71,7 +76,7 @@ pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queue
         .collect();
     let (runs, trace) = survey(client, dir, &writers).await;
     if let Some(by) = newer_than(&runs, trace.as_ref(), age) {
-        return Queueing::Superseded(by);
+        return Queueing::Superseded(Some(by));
     }
     // Recorded before anyone is removed, so that every run that ever
     // queued is either still queued, or recorded, or was removed by a run
@@ -82,7 +87,7 @@ pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queue
     if raised.is_ok_and(|newer| newer) {
         let trace = newest::read(client, dir).await;
         let by = newer_than(&[], trace.as_ref(), age);
-        return Queueing::Superseded(by.unwrap_or_else(|| SOMEONE.to_owned()));
+        return Queueing::Superseded(by);
     }
     let first = ahead.first().map(|c| c.name);
     // Every run read is older than ours now.
@@ -108,7 +113,7 @@ pub async fn queueing(ours: &Ours<'_>, children: &[String], wait: bool) -> Queue
 /// the end of the queue: we do not take the victim's place ahead of plain
 /// waiters that queued after it.
 async fn remove(
-    client: &zk::Client,
+    client: &zk::client::Client,
     dir: &str,
     ahead: &[Contender<'_>],
     me: &str,
@@ -132,52 +137,53 @@ async fn remove(
         if pending.is_empty() {
             break;
         }
+        let mut burst = Burst::default();
         let commits: Vec<_> = (pending.iter())
             .map(|victim| {
                 let anchor = anchor_of(ahead, &pending, victim);
-                let mut multi = client.new_multi_writer();
-                multi
-                    .add_check_version(&recipe::child(dir, anchor), -1)
-                    .and_then(|()| multi.add_delete(&recipe::child(dir, victim), None))
-                    .map(|()| multi.commit())
+                burst.multi(vec![
+                    MultiOp::Check {
+                        path: recipe::child(dir, anchor),
+                        version: -1,
+                    },
+                    MultiOp::Delete {
+                        path: recipe::child(dir, victim),
+                        version: -1,
+                    },
+                ])
             })
             .collect();
+        client.send(burst);
         let mut retry = false;
         let mut still = Vec::new();
         for (victim, commit) in pending.iter().zip(commits) {
-            let outcome = match commit {
-                Ok(commit) => commit.await,
-                Err(err) => Err(err.into()),
+            let no_node = |index: usize, results: &[Result<MultiResult, Error>]| {
+                results.get(index) == Some(&Err(Error::NoNode))
             };
-            match outcome {
-                Ok(_) => removed = true,
+            match commit.await {
+                Ok(results) if results.iter().all(Result::is_ok) => removed = true,
                 // Gone already: another newer run removed it, or it gave up.
-                Err(zk::MultiWriteError::OperationFailed {
-                    index: 1,
-                    source: zk::Error::NoNode,
-                }) => {}
+                Ok(results) if no_node(1, &results) => {}
                 // The node ahead of it went: it may hold now; look again.
-                Err(zk::MultiWriteError::OperationFailed {
-                    index: 0,
-                    source: zk::Error::NoNode,
-                }) => {
+                Ok(results) if no_node(0, &results) => {
                     retry = true;
                     still.push(victim.clone());
                 }
-                Err(zk::MultiWriteError::RequestFailed { source })
-                    if is_connection_loss(&source) =>
-                {
+                Err(err) if is_connection_loss(&err) => {
                     retry = true;
                     still.push(victim.clone());
                 }
-                Err(_) => {}
+                Ok(_) | Err(_) => {}
             }
         }
         pending = still;
         if !retry {
             break;
         }
-        match retrying(|| client.list_children(dir)).await {
+        match retrying(|| client.call(|b| b.get_children(dir, false)))
+            .await
+            .map(|c| c.children)
+        {
             Ok(children) => listing = Some(children),
             Err(_) => break,
         }
@@ -224,9 +230,18 @@ struct Run {
 /// The `--supersede` runs among the nodes `names` in `dir`, and the node
 /// that records the newest run (None if it could not be read), read in one
 /// burst. A node that could not be read counts as no such run.
-async fn survey(client: &zk::Client, dir: &str, names: &[&str]) -> (Vec<Run>, Option<Trace>) {
+async fn survey(
+    client: &zk::client::Client,
+    dir: &str,
+    names: &[&str],
+) -> (Vec<Run>, Option<Trace>) {
     let reads: Vec<_> = (names.iter())
-        .map(|name| client.get_data(&recipe::child(dir, name)))
+        .map(|name| async move {
+            let found = client
+                .call(|b| b.get_data(&recipe::child(dir, name), false))
+                .await;
+            found.map(|d| (d.data, d.stat))
+        })
         .collect();
     let (answers, trace) =
         tokio::join!(futures::future::join_all(reads), newest::read(client, dir));
@@ -245,19 +260,16 @@ async fn survey(client: &zk::Client, dir: &str, names: &[&str]) -> (Vec<Run>, Op
 }
 
 /// The newest of `runs` and the run `trace` records, if newer than `age`,
-/// for people (a queued node rather than the record of the same run).
-fn newer_than(runs: &[Run], trace: Option<&Trace>, age: i64) -> Option<String> {
+/// as read (a queued node rather than the record of the same run).
+fn newer_than(runs: &[Run], trace: Option<&Trace>, age: i64) -> Option<Seen> {
     let recorded = trace.and_then(Trace::run);
     let queued = runs.iter().map(|run| (run.age, true, &run.seen));
     let (_, _, seen) = queued
         .chain(recorded.iter().map(|(age, seen)| (*age, false, seen)))
         .filter(|(theirs, _, _)| *theirs > age)
         .max_by_key(|(theirs, queued, _)| (*theirs, *queued))?;
-    Some(holder::describe(seen).unwrap_or_else(|| SOMEONE.to_owned()))
+    Some(seen.clone())
 }
-
-/// A newer run whose node data names nobody.
-const SOMEONE: &str = "a newer --supersede run";
 
 /// Our node vanished while we waited. Whichever way it went (a newer run
 /// removed it, an operator deleted it, its session ended), if a run newer
@@ -265,14 +277,17 @@ const SOMEONE: &str = "a newer --supersede run";
 /// Otherwise None: the caller queues again (and checks again as it
 /// queues). `children` is a listing made after the node went, if we have
 /// one.
-pub async fn lost(ours: &Ours<'_>, children: Option<&[String]>) -> Option<String> {
+pub async fn lost(ours: &Ours<'_>, children: Option<&[String]>) -> Option<Seen> {
     let Ours {
         client, dir, me, ..
     } = *ours;
     let listed;
     let children = match children {
         Some(children) => children,
-        None => match retrying(|| client.list_children(dir)).await {
+        None => match retrying(|| client.call(|b| b.get_children(dir, false)))
+            .await
+            .map(|c| c.children)
+        {
             Ok(children) => {
                 listed = children;
                 &listed
@@ -375,7 +390,7 @@ mod tests {
     fn the_newest_by_age_is_named_never_an_older_one() {
         let runs = [run("a", 3), run("b", 8), run("c", 5)];
         let named = |runs: &[Run], trace: Option<&Trace>, age| {
-            newer_than(runs, trace, age).map(|by| by.rsplit(": ").next().unwrap().to_owned())
+            newer_than(runs, trace, age).and_then(|by| HolderData::parse(&by.data)?.label)
         };
         assert_eq!(named(&runs, None, 8), None);
         assert_eq!(named(&runs, None, 9), None);

@@ -6,6 +6,8 @@ use std::rc::Rc;
 
 use anyhow::Result;
 use tokio::time::Instant;
+use zklock::zk::burst::Burst;
+use zklock::zk::client::Client;
 
 use super::give_up::{deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
@@ -13,9 +15,10 @@ use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::lease::{self, LeasePolicy};
-use crate::lock::queue::{self, Acquired, Node, NodeWatch, Request};
+use crate::lock::queue::{self, Acquired, Creating, Node, NodeSpec, NodeWatch, Request};
+use crate::present::holder::superseder;
 use crate::session::{Session, is_session_lost};
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// Every lock taken, in the session that holds them.
 pub(crate) struct Taken {
@@ -40,7 +43,12 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
     // way out, errors included) erases the status line.
     let display = Rc::new(WaitDisplay::new(report, plan.wait));
     loop {
-        let (session, policy) = match connect(plan, signals).await? {
+        // Our first node's requests ride in the session's first burst,
+        // behind the handshake (docs/design.md, "Round trips").
+        let data = plan.holder().to_bytes();
+        let mut burst = Burst::default();
+        let first = first_attempt(plan, &data, &mut burst);
+        let (session, policy) = match connect(plan, signals, burst).await? {
             Step::Go(connected) => connected,
             Step::End(exit) => return Ok(Step::End(exit)),
         };
@@ -49,9 +57,17 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         let mut observer = WaitReport::new(report, Rc::clone(&display));
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
-        let data = plan.holder().to_bytes();
+        let taking = take_in_order(
+            plan,
+            session.client(),
+            &data,
+            first,
+            &mut owned,
+            &mut watches,
+            &mut observer,
+        );
         let result = tokio::select! {
-            result = take_in_order(plan, session.client(), &data, &mut owned, &mut watches, &mut observer) => result,
+            result = taking => result,
             // At the deadline, give up as when not waiting.
             () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
             signal = abort_signal(signals) => {
@@ -93,6 +109,7 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 display.clear(); // before our last word
                 let _ = session.close(&queue::paths(&owned)).await;
                 let path = plan.order.join(" ");
+                let by = superseder(by.as_ref());
                 report.note(format_args!("superseded while waiting for {path} by {by}"));
                 return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
             }
@@ -125,28 +142,43 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
     }
 }
 
-/// Connects, and applies the lease rule to the granted session timeout
-/// (refusing a --kill-after that does not fit; choosing one if unset);
-/// ends when a signal ends zklock meanwhile.
+/// The first attempt at our node in the first lock's directory, added to
+/// `burst` (not for a semaphore, whose first requests depend on answers).
+fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Creating> {
+    let marker = crate::lock::marker(plan.kind)?;
+    let spec = NodeSpec {
+        dir: plan.order.first()?,
+        marker,
+        data,
+        acls: &plan.acls,
+        list: true,
+    };
+    Some(spec.first_attempt(burst))
+}
+
+/// Connects with `burst` behind the handshake, and applies the lease rule
+/// to the granted session timeout (refusing a --kill-after that does not
+/// fit; choosing one if unset); ends when a signal ends zklock meanwhile.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     signals: &mut Signals,
+    burst: Burst,
 ) -> Result<Step<(Session, LeasePolicy)>> {
-    let session = tokio::select! {
-        session = Session::connect(&plan.connect) => session?,
+    let mut session = tokio::select! {
+        session = Session::open(&plan.connect, burst) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     plan.report.info(format_args!(
         "connected to {} (session {:#x}, timeout {})",
         plan.connect.hosts.connect_string(),
         session.id(),
-        humantime::format_duration(session.timeout())
+        human_duration(session.timeout())
     ));
     if let Err(err) = session.check_acl(&plan.connect).await {
         let _ = session.close(&[]).await;
         return Err(err);
     }
-    let granted = human_ms(session.timeout());
+    let granted = human_duration(session.timeout());
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
@@ -158,7 +190,7 @@ pub(super) async fn connect(
         }
     };
     if plan.args.kill_after.is_none() {
-        let kill_after = humantime::format_duration(policy.kill_after);
+        let kill_after = human_duration(policy.kill_after);
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
         } else if policy.check().is_ok() {
@@ -179,8 +211,9 @@ pub(super) async fn connect(
 /// holds exactly the held nodes, in that order.
 async fn take_in_order(
     plan: &Plan<'_>,
-    client: &zookeeper_client::Client,
+    client: &Client,
     data: &[u8],
+    mut first: Option<Creating>,
     owned: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
     observer: &mut WaitReport,
@@ -198,6 +231,7 @@ async fn take_in_order(
             supersede: plan.args.supersede,
             first_queued: plan.first_queued.get(),
             acls: &plan.acls,
+            first: Cell::new(first.take()),
         };
         last = crate::lock::acquire(&request, owned, observer).await?;
         match &mut last {

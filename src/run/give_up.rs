@@ -11,7 +11,7 @@ use super::wait::WaitReport;
 use crate::exit::Exit;
 use crate::lock::queue::{self, Node};
 use crate::session::Session;
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// How long cleaning up may take once the deadline has passed: the nodes
 /// go with the session anyway, and "on time" is the point of a deadline.
@@ -47,38 +47,45 @@ pub async fn give_up(
     let report = plan.report;
     // Of several paths, the one we stopped at.
     let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
-    if let Some(since) = unreachable_since {
-        // Nobody to ask who holds the lock: say what happened instead.
-        let timeout = session.timeout();
-        let nodes = queue::paths(owned);
-        let deleted = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, session.close(&nodes))
-            .await
-            .unwrap_or(false);
+    let timeout = session.timeout();
+    let unreachable = |since: Instant, deleted: bool| {
         let fate = match deleted {
             true => String::new(),
             false => format!(
                 " (our queue node goes when the session expires, within {})",
-                human_ms(timeout)
+                human_duration(timeout)
             ),
         };
         report.note(format_args!(
             "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-            human_ms(since.elapsed()),
+            human_duration(since.elapsed()),
         ));
+    };
+    if let Some(since) = unreachable_since {
+        // Nobody to ask who holds the lock: say what happened instead.
+        let nodes = queue::paths(owned);
+        let deleted = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, session.close(&nodes))
+            .await
+            .unwrap_or(false);
+        unreachable(since, deleted);
     } else {
         let why = match plan.wait {
             true => "timed out waiting for",
             false => "not waiting for",
         };
+        // An idle waiter's connection may have died unnoticed since the
+        // server last heard from it: no answer to the cleanup says so.
+        let heard = session.client().heard();
         let cleanup = async {
             let holder = observer.holder_description(&session).await;
             session.close(&queue::paths(owned)).await;
             holder
         };
-        let holder = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup)
-            .await
-            .unwrap_or_default();
-        report.note(format_args!("{why} {held_path}{holder}"));
+        match tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await {
+            Ok(holder) => report.note(format_args!("{why} {held_path}{holder}")),
+            Err(_) if plan.wait => unreachable(heard, false),
+            Err(_) => report.note(format_args!("{why} {held_path}")),
+        }
     }
     Exit::Conflict(plan.args.conflict_exit_code)
 }

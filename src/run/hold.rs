@@ -8,12 +8,14 @@ use std::pin::pin;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
-use futures::future::{Either, join_all, select};
+use futures::future::{Either, select};
 
 use super::notify;
 use super::once;
 use super::ping;
 use super::plan::Plan;
+use zklock::zk::burst::Burst;
+
 use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
 use crate::exit::Exit;
@@ -54,7 +56,7 @@ pub(super) async fn run_command(
     prepared: Prepared,
 ) -> Result<(Exit, Release)> {
     // Taken right after the lock was confirmed held.
-    let (deadline, handed) = lease::deadline(policy);
+    let (deadline, handed) = lease::deadline(session.client(), policy);
     let child = Child::spawn(prepared, env)?;
     notify::ready(|| held_status(env));
     ping::started();
@@ -77,7 +79,8 @@ pub(super) async fn run_command(
     if let Some(record) = lock.record {
         record.finish(plan, session.client(), exit).await;
     }
-    // Sent while the lease still watches our nodes (see `Session::release`).
+    // The lease's watches are forgotten locally: nothing goes ahead of the
+    // deletes (see `Session::release`).
     let nodes: Vec<&str> = match lock.ours {
         true => lock.nodes.iter().map(String::as_str).collect(),
         false => Vec::new(),
@@ -100,10 +103,6 @@ pub(crate) async fn lease_watch(
     deadline: &lease::Deadline,
     acquired: Vec<u8>,
 ) -> LossReason {
-    let reattach = lease::Reattach {
-        settings: plan.connect.clone(),
-        session: session.client().session().clone(),
-    };
     // One write per node (docs/design.md, "Holder data"), only once the
     // command has run for ACQUIRED_WRITE_DELAY: the server serves a
     // session's requests in order, so a write in flight when a short
@@ -117,28 +116,26 @@ pub(crate) async fn lease_watch(
         watches,
         unwatched_from,
         policy,
-        &reattach,
         lock.owner,
         deadline,
         plan.report,
     );
-    // The answers matter to no one (correctness never depends on node
-    // data); awaiting them only lets the library deliver them.
+    // Their answers matter to no one (correctness never depends on node
+    // data; the lease's watches see a node gone): nothing awaits them.
     let recording = async {
         let written = written;
         if !lock.ours {
             return; // `written` dropped: the lease watches at once
         }
         tokio::time::sleep(ACQUIRED_WRITE_DELAY).await;
-        // The library sends a request when it is called, so the lease's
-        // reads go out after these writes.
-        let writes: Vec<_> = lock
-            .nodes
-            .iter()
-            .map(|node| session.client().set_data(node, &acquired, None))
-            .collect();
+        // Written at once, in one write, so the lease's reads go out
+        // after these writes.
+        let mut burst = Burst::default();
+        for node in &lock.nodes {
+            drop(burst.set_data(node, &acquired, -1));
+        }
+        session.client().send(burst);
         let _ = written.send(true);
-        join_all(writes).await;
     };
     let lost = async {
         match select(pin!(lease), pin!(recording)).await {

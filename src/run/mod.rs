@@ -29,7 +29,7 @@ use crate::command::signals::Signals;
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::queue::{self, Node};
 use crate::report::Report;
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
     drive(&args, |outputs| lifecycle(&args, Rc::clone(&outputs.facts)))
@@ -131,7 +131,7 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
             "acquired {} (fencing token {}) after {}",
             node.path,
             node.czxid,
-            human_ms(started.elapsed())
+            human_duration(started.elapsed())
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
@@ -172,7 +172,7 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
             "could not reach ZooKeeper to confirm the release of {}: it is released \
              when the session expires, within {} at the latest",
             plan.order.join(" "),
-            humantime::format_duration(timeout)
+            human_duration(timeout)
         ));
     }
     Ok(exit)

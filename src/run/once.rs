@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use anyhow::Result;
 use tokio::time::Instant;
-use zookeeper_client as zk;
+use zklock::zk;
 
 use super::metrics::{Facts, Skip};
 use super::plan::Plan;
 use crate::exit::{Exit, Step};
-use crate::lock::holder::{escape_controls, on_host};
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
+use crate::present::run_text;
 use crate::values::Precision::Millis;
-use crate::values::{Seconds, rfc3339, server_time};
+use crate::values::{Seconds, human_duration, rfc3339, server_time};
 
 /// A run that may go ahead, to be recorded once the command is done.
 pub struct Pending {
@@ -32,7 +32,7 @@ pub struct Pending {
 /// no pending run without `--once-per`; the end when it is skipped.
 pub async fn check(
     plan: &Plan<'_>,
-    client: &zk::Client,
+    client: &zk::client::Client,
     held: &[Node],
     facts: &Rc<Facts>,
 ) -> Result<Step<Option<Pending>>> {
@@ -60,7 +60,7 @@ pub async fn check(
             format_args!(
                 "last ran successfully {}, {}; --once-per {window}",
                 when(ago_ms),
-                who(&last),
+                run_text(&last),
             ),
         ),
         Verdict::Retry { failed, ago_ms } => skip(
@@ -69,7 +69,7 @@ pub async fn check(
                 "last ran {}, {}, and failed (exit status {}); --retry-after {retry}: \
              next try at the first firing after {}",
                 when(ago_ms),
-                who(&failed),
+                run_text(&failed),
                 failed.exit_status,
                 rfc3339(
                     server_time(failed.start_ms.saturating_add(retry_ms)),
@@ -83,7 +83,7 @@ pub async fn check(
                     "running: {lock} last ran successfully {}, {}; a success dated further \
                      ahead than --once-per {window} is not recent",
                     when(-ahead_ms),
-                    who(&last),
+                    run_text(&last),
                 ));
             }
             Ok(Step::Go(Some(Pending {
@@ -103,29 +103,19 @@ fn millis(duration: Duration) -> i64 {
 }
 
 /// When a recorded run started, `ago_ms` before now on the server's clock
-/// (negative: after), in whole seconds.
+/// (negative: after).
 fn when(ago_ms: i64) -> String {
-    let age = humantime::format_duration(Duration::from_secs(ago_ms.unsigned_abs() / 1000));
+    let age = human_duration(Duration::from_millis(ago_ms.unsigned_abs()));
     match ago_ms >= 0 {
         true => format!("{age} ago"),
         false => format!("{age} in the future by the server's clock"),
     }
 }
 
-/// Where and when a recorded run ran, for a skip line.
-fn who(run: &RunRecord) -> String {
-    format!(
-        "{} at {} (fencing token {})",
-        on_host(&run.host, run.user.as_deref()),
-        escape_controls(&run.start),
-        run.fencing_token
-    )
-}
-
 impl Pending {
     /// Records the run that ended with `exit`; call it before releasing
     /// the lock. A failure to record is reported, never changes the exit.
-    pub async fn finish(self, plan: &Plan<'_>, client: &zk::Client, exit: Exit) {
+    pub async fn finish(self, plan: &Plan<'_>, client: &zk::client::Client, exit: Exit) {
         let end_ms = self.start_ms + self.started.elapsed().as_millis() as i64;
         let run = RunRecord {
             start_ms: self.start_ms,
@@ -143,10 +133,9 @@ impl Pending {
             }
             Ok(Recorded::Done) => {}
             Ok(Recorded::Superseded(later)) => plan.report.error(format_args!(
-                "this run is not recorded: {}'s record already has a later run (fencing token {} on {})",
+                "this run is not recorded: {}'s record already has a later run, {}",
                 self.lock,
-                later.fencing_token,
-                escape_controls(&later.host)
+                run_text(&later)
             )),
             Err(err) => plan
                 .report

@@ -27,7 +27,7 @@ pub(crate) struct Plan<'a> {
     pub(crate) kind: LockKind,
     pub(crate) connect: Settings,
     /// The ACL of every node we create.
-    pub(crate) acls: Vec<zookeeper_client::Acl>,
+    pub(crate) acls: Vec<zklock::zk::records::Acl>,
     pub(crate) wait: bool,
     /// What our nodes say about us (holder.rs), less what a wait learns.
     pub(crate) own: HolderData,
@@ -95,11 +95,6 @@ impl<'a> Plan<'a> {
             connection_timeout: connection_timeout_for(session_timeout),
             kill_after: self.args.kill_after.map_or(Duration::ZERO, |k| k.0),
             on_disconnect: self.args.on_disconnect,
-            poll_nodes: self
-                .connect
-                .sasl
-                .is_some()
-                .then(|| connection_timeout_for(session_timeout) / 2),
         };
         match self.args.kill_after {
             Some(_) => policy.check().map(|()| policy),

@@ -2,8 +2,10 @@
 //! the `creator` and `open` shorthands, the default, and the check that
 //! our own identity can still queue and write under it.
 
-use zookeeper_client as zk;
-use zookeeper_client::Permission;
+use zklock::zk::records::{Acl, perms};
+
+/// Permission bits (`ZooDefs.Perms`).
+type Permission = i32;
 
 /// `creator`: all permissions for the identities the session authenticated
 /// as (ZooKeeper's `auth` scheme, `Acls::creator_all()`).
@@ -14,31 +16,26 @@ pub const OPEN: &str = "open";
 
 /// ZooKeeper's permissions, in zkCli's letters, in the order zkCli writes
 /// them.
-const PERMS: [(char, Permission); 5] = [
-    ('c', Permission::CREATE),
-    ('d', Permission::DELETE),
-    ('r', Permission::READ),
-    ('w', Permission::WRITE),
-    ('a', Permission::ADMIN),
+const PERMS: [(char, Permission, &str); 5] = [
+    ('c', perms::CREATE, "CREATE"),
+    ('d', perms::DELETE, "DELETE"),
+    ('r', perms::READ, "READ"),
+    ('w', perms::WRITE, "WRITE"),
+    ('a', perms::ADMIN, "ADMIN"),
 ];
 
 /// What zklock must be able to do with the ACL it gives: list a lock's
 /// parent, create its node in it and delete that node again (else other
 /// contenders of its identity could not queue), and write its node (marking
 /// it as holding) and the `--once-per` record.
-const NEEDED: [Permission; 4] = [
-    Permission::READ,
-    Permission::WRITE,
-    Permission::CREATE,
-    Permission::DELETE,
-];
+const NEEDED: [Permission; 4] = [perms::READ, perms::WRITE, perms::CREATE, perms::DELETE];
 
 /// Parses one `--acl` entry: `scheme:id:perms`, `creator` or `open`.
-pub fn parse(text: &str) -> Result<zk::Acl, String> {
+pub fn parse(text: &str) -> Result<Acl, String> {
     let text = text.trim();
     match text {
-        CREATOR => return Ok(entry("auth", "", Permission::ALL)),
-        OPEN => return Ok(entry("world", "anyone", Permission::ALL)),
+        CREATOR => return Ok(entry("auth", "", perms::ALL)),
+        OPEN => return Ok(entry("world", "anyone", perms::ALL)),
         _ => {}
     }
     let bad = || {
@@ -85,8 +82,23 @@ pub fn digest_id(user: &str, password: &str) -> String {
     format!("{user}:{hash}")
 }
 
-fn entry(scheme: &str, id: &str, perms: Permission) -> zk::Acl {
-    zk::Acl::new(perms, zk::AuthId::new(scheme, id))
+fn entry(scheme: &str, id: &str, perms: Permission) -> Acl {
+    Acl {
+        perms,
+        scheme: scheme.to_owned(),
+        id: id.to_owned(),
+    }
+}
+
+fn has(perms: Permission, perm: Permission) -> bool {
+    perms & perm == perm
+}
+
+/// A permission's name, as ZooKeeper spells it.
+fn name(perm: Permission) -> &'static str {
+    (PERMS.iter())
+        .find(|(_, p, _)| *p == perm)
+        .map_or("?", |(_, _, name)| name)
 }
 
 /// `cdrwa` in any order and subset, as zkCli takes it.
@@ -94,8 +106,8 @@ fn parse_perms(text: &str) -> Result<Permission, String> {
     if text.is_empty() {
         return Err("no permissions given (use letters of cdrwa)".into());
     }
-    text.chars().try_fold(Permission::NONE, |perms, c| {
-        let (_, perm) = PERMS
+    text.chars().try_fold(0, |perms, c| {
+        let (_, perm, _) = PERMS
             .iter()
             .find(|(letter, ..)| *letter == c)
             .ok_or_else(|| format!("unknown permission `{c}` (use letters of cdrwa)"))?;
@@ -106,7 +118,7 @@ fn parse_perms(text: &str) -> Result<Permission, String> {
 /// `perms` in zkCli's letters.
 fn letters(perms: Permission) -> String {
     (PERMS.iter())
-        .filter(|(_, perm)| perms.has(*perm))
+        .filter(|(_, perm, _)| has(perms, *perm))
         .map(|(letter, ..)| letter)
         .collect()
 }
@@ -114,7 +126,7 @@ fn letters(perms: Permission) -> String {
 /// The ACL zklock applies to every node it creates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AclPolicy {
-    entries: Vec<zk::Acl>,
+    entries: Vec<Acl>,
     /// Given by the user (flag, environment, config), as opposed to the default.
     pub explicit: bool,
 }
@@ -126,11 +138,11 @@ impl AclPolicy {
     pub fn default_for(authenticated: bool) -> AclPolicy {
         let entries = if authenticated {
             vec![
-                entry("auth", "", Permission::ALL),
-                entry("world", "anyone", Permission::READ),
+                entry("auth", "", perms::ALL),
+                entry("world", "anyone", perms::READ),
             ]
         } else {
-            vec![entry("world", "anyone", Permission::ALL)]
+            vec![entry("world", "anyone", perms::ALL)]
         };
         AclPolicy {
             entries,
@@ -151,10 +163,10 @@ impl AclPolicy {
     /// Whether the policy grants something to the session's authenticated
     /// identities (which need credentials to exist).
     pub fn uses_creator(&self) -> bool {
-        self.entries.iter().any(|e| e.scheme() == "auth")
+        self.entries.iter().any(|e| e.scheme == "auth")
     }
 
-    pub fn to_zk(&self) -> Vec<zk::Acl> {
+    pub fn to_zk(&self) -> Vec<Acl> {
         self.entries.clone()
     }
 
@@ -167,10 +179,10 @@ impl AclPolicy {
         let authenticated = identities
             .iter()
             .any(|(scheme, _)| scheme != "ip" && scheme != "world");
-        let ours = |e: &zk::Acl| match e.scheme() {
+        let ours = |e: &Acl| match e.scheme.as_str() {
             "world" => true,
             "auth" => authenticated,
-            scheme => identities.iter().any(|(s, id)| s == scheme && id == e.id()),
+            scheme => identities.iter().any(|(s, id)| s == scheme && *id == e.id),
         };
         if self.uses_creator() && !authenticated {
             return Err(format!(
@@ -181,10 +193,10 @@ impl AclPolicy {
         }
         let granted = (self.entries.iter())
             .filter(|e| ours(e))
-            .fold(Permission::NONE, |all, e| all | e.permission());
-        let missing: Vec<String> = (NEEDED.into_iter())
-            .filter(|perm| !granted.has(*perm))
-            .map(|perm| perm.to_string())
+            .fold(0, |all, e| all | e.perms);
+        let missing: Vec<&str> = (NEEDED.into_iter())
+            .filter(|perm| !has(granted, *perm))
+            .map(name)
             .collect();
         if missing.is_empty() {
             return Ok(());
@@ -207,9 +219,9 @@ impl AclPolicy {
     pub fn describe(&self) -> String {
         self.entries
             .iter()
-            .map(|e| match (e.scheme(), e.permission()) {
-                ("auth", Permission::ALL) => CREATOR.to_owned(),
-                (scheme, perms) => format!("{scheme}:{}:{}", e.id(), letters(perms)),
+            .map(|e| match (e.scheme.as_str(), e.perms) {
+                ("auth", perms::ALL) => CREATOR.to_owned(),
+                (scheme, perms) => format!("{scheme}:{}:{}", e.id, letters(perms)),
             })
             .collect::<Vec<_>>()
             .join(",")
@@ -228,8 +240,8 @@ mod tests {
 
     #[test]
     fn parses_zkcli_syntax_and_shorthands() {
-        let (all, read) = (Permission::ALL, Permission::READ);
-        let cdr = Permission::CREATE | Permission::DELETE | read;
+        let (all, read) = (perms::ALL, perms::READ);
+        let cdr = perms::CREATE | perms::DELETE | read;
         for (text, scheme, id, perms) in [
             ("sasl:backup:cdrwa", "sasl", "backup", all),
             ("world:anyone:r", "world", "anyone", read),
@@ -273,9 +285,9 @@ mod tests {
         );
         assert!(!AclPolicy::default_for(true).explicit);
         let zk = AclPolicy::default_for(true).to_zk();
-        assert_eq!(zk[0].scheme(), "auth");
-        assert_eq!(zk[0].permission(), Permission::ALL);
-        assert_eq!(zk[1].permission(), Permission::READ);
+        assert_eq!(zk[0].scheme, "auth");
+        assert_eq!(zk[0].perms, perms::ALL);
+        assert_eq!(zk[1].perms, perms::READ);
     }
 
     #[test]

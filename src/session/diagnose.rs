@@ -11,7 +11,8 @@ use crate::session::tls;
 
 /// Resolves with what is wrong with the certificates, the TLS port or the
 /// Kerberos ticket if connecting has not succeeded within `after`; never
-/// resolves otherwise (the library retries these failures silently).
+/// resolves otherwise (the client retries these failures as unreachable
+/// members until the connect timeout).
 pub(super) async fn credential_problem(settings: &Settings, after: Duration) -> Failure {
     if settings.tls.is_none() && !settings.uses_kerberos() {
         std::future::pending::<()>().await;
@@ -78,7 +79,7 @@ pub(super) async fn unresolvable(connect_string: &str) -> Failure {
 }
 
 /// Why `hosts` gave no session, found by resolving each host and opening a
-/// TCP connection to each address, as the library does but with the errors
+/// TCP connection to each address, as the client does but with the errors
 /// kept; within a second. None if nothing stands out.
 pub(super) async fn diagnose(connect_string: &str) -> Option<String> {
     const BOUND: Duration = Duration::from_secs(1);

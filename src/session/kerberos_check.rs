@@ -1,7 +1,6 @@
-//! Naming why Kerberos fails. zookeeper-client retries a connection whose
-//! GSSAPI step fails (no ticket, unknown server principal) like an
-//! unreachable server and only logs why; zklock takes the same first step
-//! itself to say what is wrong.
+//! Naming why Kerberos fails when connecting takes too long (a server that
+//! does not answer SASL, say): zklock takes the first GSSAPI step itself
+//! to say what is wrong (no ticket, unknown server principal).
 
 use zklock::zk::sasl::SaslMechanism;
 use zklock::zk::sasl::gssapi::Gssapi;

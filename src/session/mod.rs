@@ -1,12 +1,12 @@
-//! The ZooKeeper session: connecting within a deadline, classifying errors,
-//! and shutting down in the order that frees our node at once.
+//! The ZooKeeper session: connecting within a deadline with a first burst
+//! of requests, saying why no session came, and shutting down in the order
+//! that frees our node at once.
 
 pub mod acl;
 pub mod config;
 mod diagnose;
 #[cfg(feature = "kerberos")]
 pub mod kerberos_check;
-mod nodelay;
 pub mod options;
 pub mod secret;
 pub mod settings;
@@ -16,24 +16,25 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use futures::FutureExt;
-use futures::future::LocalBoxFuture;
-
 use tokio::time::Instant;
-use zookeeper_client as zk;
+use zklock::zk::burst::{Burst, Pending};
+use zklock::zk::client::{Client, ConnectError, State};
+use zklock::zk::records::Error;
 
 use crate::exit::{Exit, Failure};
 use crate::session::diagnose::{credential_problem, diagnose, unresolvable};
 pub use crate::session::diagnose::{host_name, servers};
 pub use crate::session::options::Options;
 pub use crate::session::settings::Settings;
+use crate::values::human_duration;
 
 /// How long to wait for the server to confirm the end of the session (which
 /// deletes our ephemerals, so the next waiter starts at once).
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// About a fifth of the session timeout, so that several servers can be
-/// tried before the session can expire; the library ignores one above 3/5.
+/// tried before the session can expire: how long one member may take to
+/// connect and answer.
 pub fn connection_timeout_for(session_timeout: Duration) -> Duration {
     session_timeout
         .div_f64(5.0)
@@ -42,74 +43,91 @@ pub fn connection_timeout_for(session_timeout: Duration) -> Duration {
 }
 
 /// True when an operation's outcome is unknown because the connection broke
-/// (in a failover the library also fails calls with custom errors): the
-/// session may still be alive and a retry is right. SessionMoved is one: a
-/// newer connection of the same session (the lease's probe, a release's
-/// reattached connection, a reconnection in an ensemble) has taken it over,
-/// the server drops this connection, and the library reconnects, as
-/// ZooKeeper's Java client does.
-pub fn is_connection_loss(err: &zk::Error) -> bool {
-    matches!(
-        err,
-        zk::Error::ConnectionLoss
-            | zk::Error::Custom(_)
-            | zk::Error::Timeout
-            | zk::Error::SessionMoved
-    )
+/// before its answer: the session may still be alive and a retry is right
+/// (docs/design.md, "The protocol layer"). SessionMoved is one: the server
+/// says another connection of the session took it over, and drops this one.
+pub fn is_connection_loss(err: &Error) -> bool {
+    matches!(err, Error::ConnectionLoss | Error::SessionMoved)
 }
 
 /// True when the session is gone for good and only a new one can continue.
-/// AuthFailed is one: with SASL the library re-registers watches before SASL
-/// has finished on a new connection, and the server ends the session.
-pub fn is_session_lost(err: &zk::Error) -> bool {
+pub fn is_session_lost(err: &Error) -> bool {
     matches!(
         err,
-        zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed
+        Error::SessionExpired | Error::Closed | Error::AuthFailed
     )
 }
 
 /// How many times in a row one request may lose its connection before we
-/// conclude that the server refuses it. The library holds calls made while
-/// disconnected, so each loss broke a connection carrying this very request:
-/// a failover does that once or twice, while a request the server refuses
-/// (beyond `jute.maxbuffer`: it hangs up, the session stays alive) does it
-/// on every connection, within milliseconds. A count tells the two apart; a
-/// time bound could not.
+/// conclude that the server refuses it. The client holds requests made
+/// while disconnected, so each loss broke a connection carrying this very
+/// request: a failover does that once or twice, while a request the server
+/// refuses (beyond `jute.maxbuffer`: it hangs up, the session stays alive)
+/// does it on every connection, within milliseconds. A count tells the two
+/// apart; a time bound could not. Only quick losses count (see
+/// [`QUICK_LOSS`]).
 pub const LOSSES_BEFORE_REFUSED: u32 = 5;
+
+/// A loss this long or longer after the request was made is no refusal: a
+/// server that refuses a request hangs up as it reads it, while a member
+/// that stalls (an election, a quorum lost) leaves the request unanswered
+/// until the client gives the connection up. Such a loss starts the count
+/// again.
+pub const QUICK_LOSS: Duration = Duration::from_secs(1);
+
+/// A request the server dropped the connection on every time.
+#[derive(Debug)]
+pub struct Refused(u32);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server dropped the connection each of the {} times this request \
+             was sent, with the session alive: it refuses the request, most likely \
+             because it exceeds the server's size limit (jute.maxbuffer, 1 MiB by \
+             default)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// Counts consecutive connection losses of one request.
 #[derive(Debug, Default)]
 pub struct Losses(u32);
 
 impl Losses {
-    /// Records a loss; an error once the request has to be taken as refused.
-    pub fn lost(&mut self) -> Result<(), zk::Error> {
-        self.0 += 1;
-        if self.0 < LOSSES_BEFORE_REFUSED {
+    /// Records a loss of the request made at `made`; an error once the
+    /// request has to be taken as refused.
+    pub fn lost(&mut self, made: Instant) -> Result<(), Refused> {
+        if made.elapsed() >= QUICK_LOSS {
+            self.0 = 0;
             return Ok(());
         }
-        Err(zk::Error::UnexpectedError(format!(
-            "the server dropped the connection each of the {} times this request \
-             was sent, with the session alive: it refuses the request, most likely \
-             because it exceeds the server's size limit (jute.maxbuffer, 1 MiB by \
-             default)",
-            self.0
-        )))
+        self.0 += 1;
+        match self.0 < LOSSES_BEFORE_REFUSED {
+            true => Ok(()),
+            false => Err(Refused(self.0)),
+        }
     }
 }
 
-/// Runs a ZooKeeper call until it completes with something other than a
-/// connection loss (the library holds calls while disconnected, so this does
-/// not spin), or lost its connection [`LOSSES_BEFORE_REFUSED`] times in a row.
-pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, zk::Error>
+/// Runs a ZooKeeper request until it completes with something other than a
+/// connection loss. It does not spin: the client holds requests while
+/// disconnected, so each loss broke a connection carrying this request.
+/// The requests made this way are small, far below any size a server
+/// refuses (our node's create, which carries holder data, counts its
+/// losses instead: [`Losses`]); the caller's own deadline bounds the wait.
+pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, zk::Error>>,
+    Fut: Future<Output = Result<T, Error>>,
 {
-    let mut losses = Losses::default();
     loop {
         match call().await {
-            Err(err) if is_connection_loss(&err) => losses.lost()?,
+            Err(err) if is_connection_loss(&err) => {}
             result => return result,
         }
     }
@@ -125,115 +143,121 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         .block_on(future)
 }
 
-/// A live session. It owns the only [`zk::Client`]; everything else borrows
-/// it, so that [`Session::close`] can drop the last handle and the library
-/// sends CloseSession.
+/// A live session. It owns the only [`Client`] handle kept beyond a call,
+/// so that a session nobody closed ends when it is dropped (the client
+/// sends closeSession once every handle is gone).
 pub struct Session {
-    client: zk::Client,
-    states: zk::StateWatcher,
-    connection_timeout: Duration,
-    /// For attaching this session from a new connection (see [`Session::close_after`]).
-    settings: Settings,
+    client: Client,
+    /// whoAmI's answer, asked in the first burst when `--acl` was given.
+    who_am_i: Option<Pending<Vec<(String, String)>>>,
 }
 
 /// Deletes of our nodes already sent, their answers still to come: the
 /// first half of [`Session::close_after`].
 pub struct Release {
     nodes: Vec<String>,
-    answers: Vec<LocalBoxFuture<'static, Result<(), zk::Error>>>,
+    deleted: Vec<Pending<()>>,
+    closed: Option<Pending<()>>,
 }
 
 impl Session {
-    /// Connects, retrying until `connect_timeout` has passed.
-    pub async fn connect(options: &Settings) -> Result<Session> {
-        let deadline = Instant::now() + options.connect_timeout;
-        let connection_timeout = connection_timeout_for(options.session_timeout);
-        let hosts = options.hosts.connect_string();
-        let mut last_error = None;
-        let tls_problem = credential_problem(options, connection_timeout);
-        tokio::pin!(tls_problem);
-        let unresolvable = unresolvable(hosts);
-        tokio::pin!(unresolvable);
-        while Instant::now() < deadline {
-            let connecting = options.open(options.connector());
-            let attempt = tokio::select! {
-                attempt = tokio::time::timeout_at(deadline, connecting) => attempt,
-                problem = &mut tls_problem => return Err(problem.into()),
-                failure = &mut unresolvable => return Err(failure.into()),
-            };
-            match attempt {
-                Ok(Ok(client)) => {
-                    nodelay::set_on_every_socket();
-                    let states = client.state_watcher();
-                    return Ok(Session {
-                        client,
-                        states,
-                        connection_timeout,
-                        settings: options.clone(),
-                    });
-                }
-                Ok(Err(zk::Error::AuthFailed)) => {
-                    let credentials = options.credentials();
-                    let message = format!("authentication failed at {hosts} ({credentials})");
-                    return Err(Failure::new(Exit::NoPermission, message).into());
-                }
-                Ok(Err(zk::Error::NoNode)) => return Err(options.missing_chroot()),
-                Ok(Err(err)) => {
-                    last_error = Some(err);
-                    // A refused connection fails at once; do not spin on it.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(_elapsed) => break,
-            }
-        }
-        // The library reports every failure to reach a server as a timeout
-        // or a lost connection; try what it tried to name the real cause.
-        let why = match diagnose(hosts).await {
-            Some(cause) => format!(": {cause}"),
-            None => last_error
-                .map(|e| format!(" (last error: {e})"))
-                .unwrap_or_default(),
-        };
-        let message = format!(
-            "no ZooKeeper session with {hosts} within {}{why}",
-            humantime::format_duration(options.connect_timeout)
-        );
-        Err(Failure::new(Exit::Unavailable, message).into())
+    /// Connects within `--connect-timeout`, with nothing but the checks of
+    /// the first burst (see [`Session::open`]).
+    pub async fn connect(settings: &Settings) -> Result<Session> {
+        Session::open(settings, Burst::default()).await
     }
 
-    pub fn client(&self) -> &zk::Client {
+    /// Connects within `--connect-timeout`, `burst` written in the same
+    /// write as the handshake (after SASL, with SASL), behind an exists of
+    /// the chroot's root (a `-z` chroot that does not exist is a usage
+    /// error) and whoAmI when `--acl` was given (see [`Session::check_acl`]):
+    /// one round trip for all of them (docs/design.md, "Round trips").
+    /// Returns once the chroot is known to exist; the burst's answers come.
+    pub async fn open(settings: &Settings, burst: Burst) -> Result<Session> {
+        let mut first = Burst::default();
+        let chroot = (settings.hosts.chroot()).map(|_| first.exists("/", false));
+        let who_am_i = settings.acl.explicit.then(|| first.who_am_i());
+        first.append(burst);
+        let hosts = settings.hosts.connect_string();
+        let connecting = Client::connect(settings.config(), first);
+        let tls_problem =
+            credential_problem(settings, connection_timeout_for(settings.session_timeout));
+        let client = tokio::select! {
+            connected = connecting => connected,
+            problem = tls_problem => return Err(problem.into()),
+            failure = unresolvable(hosts) => return Err(failure.into()),
+        };
+        let client = match client {
+            Ok(client) => client,
+            Err(ConnectError::AuthFailed(why)) => return Err(auth_failed(settings, &why)),
+            Err(ConnectError::Unreachable(last)) => {
+                // Try what the client tried, to name the real cause.
+                let why = match diagnose(hosts).await {
+                    Some(cause) => format!(": {cause}"),
+                    None => format!(" ({last})"),
+                };
+                let message = format!(
+                    "no ZooKeeper session with {hosts} within {}{why}",
+                    human_duration(settings.connect_timeout)
+                );
+                return Err(Failure::new(Exit::Unavailable, message).into());
+            }
+        };
+        if let Some(chroot) = chroot {
+            let found = match chroot.await {
+                Err(err) if is_connection_loss(&err) => {
+                    retrying(|| client.call(|b| b.exists("/", false))).await
+                }
+                answered => answered,
+            };
+            match found {
+                Ok(found) if found.stat.is_none() => return Err(settings.missing_chroot()),
+                Ok(_) => {}
+                Err(Error::AuthFailed) => return Err(auth_failed(settings, "refused")),
+                Err(err) => return Err(err).context("checking that the chroot exists"),
+            }
+        }
+        Ok(Session { client, who_am_i })
+    }
+
+    pub fn client(&self) -> &Client {
         &self.client
     }
 
     pub fn id(&self) -> i64 {
-        self.client.session_id().0
+        self.client.session_id()
     }
 
     /// Refuses (usage error) an ACL under which contenders of our identity
-    /// could not queue. The identities are the server's own view (whoami,
-    /// ZooKeeper 3.7+): an x509 subject is spelled exactly as the server
-    /// compares it. A digest identity is reported by its user alone, but
-    /// compared as `user:hash`: ours is computed as the server does. Servers
-    /// without whoami skip the check.
-    pub async fn check_acl(&self, settings: &Settings) -> Result<()> {
-        if !settings.acl.explicit {
+    /// could not queue. The identities are the server's own view (whoAmI,
+    /// ZooKeeper 3.7+, asked in the first burst): an x509 subject is spelled
+    /// exactly as the server compares it. A digest identity is reported by
+    /// its user alone, but compared as `user:hash`: ours is computed as the
+    /// server does. Servers without whoAmI skip the check.
+    pub async fn check_acl(&mut self, settings: &Settings) -> Result<()> {
+        let Some(asked) = self.who_am_i.take() else {
             return Ok(());
-        }
-        let users = match retrying(|| self.client.list_auth_users()).await {
+        };
+        let users = match asked.await {
+            Err(err) if is_connection_loss(&err) => {
+                retrying(|| self.client.call(|b| b.who_am_i())).await
+            }
+            answered => answered,
+        };
+        let users = match users {
             Ok(users) => users,
-            Err(zk::Error::Unimplemented) => return Ok(()),
+            Err(Error::Unimplemented) => return Ok(()),
             Err(err) => return Err(err).context("asking the server who we are (whoami)"),
         };
-        let identities: Vec<(String, String)> = users
-            .iter()
-            .map(|u| {
+        let identities: Vec<(String, String)> = (users.into_iter())
+            .map(|(scheme, user)| {
                 let id = match &settings.digest {
-                    Some((user, password)) if u.scheme() == "digest" && u.user() == user => {
-                        acl::digest_id(user, password.expose())
+                    Some((name, password)) if scheme == "digest" && user == *name => {
+                        acl::digest_id(name, password.expose())
                     }
-                    _ => u.user().to_owned(),
+                    _ => user,
                 };
-                (u.scheme().to_owned(), id)
+                (scheme, id)
             })
             .collect();
         settings.acl.check(&identities).map_err(Failure::usage)
@@ -242,37 +266,40 @@ impl Session {
     /// Since when the connection to the ensemble has been down, if it is:
     /// resolves never; keeps `since` current while polled.
     pub async fn track_connection(&self, since: &std::cell::Cell<Option<Instant>>) {
-        let mut states = self.client.state_watcher();
-        let mut state = states.peek_state();
+        let mut link = self.client.link();
         loop {
+            let state = link.borrow_and_update().state;
             match state {
-                zk::SessionState::SyncConnected => since.set(None),
+                State::Connected => since.set(None),
                 _ if since.get().is_none() => since.set(Some(Instant::now())),
                 _ => {}
             }
-            if state.is_terminated() {
+            if state.is_over() || link.changed().await.is_err() {
                 return std::future::pending().await;
             }
-            state = states.changed().await;
         }
     }
 
     /// The session timeout the ensemble granted (not necessarily the one asked for).
     pub fn timeout(&self) -> Duration {
-        self.client.session_timeout()
+        self.client.link().borrow().session_timeout
     }
 
-    /// Sends the deletes of `nodes` (last first) now, without waiting for
-    /// the answers: [`Session::close_after`] awaits them. Sent while a lease
-    /// still watches the nodes, a delete fires that watch and so consumes it;
-    /// a watch dropped first would make the library send a RemoveWatches
-    /// request, which the server serves before the delete.
+    /// Sends the deletes of `nodes` (last first) and closeSession right
+    /// behind them, in one write, without waiting for the answers:
+    /// [`Session::close_after`] awaits them. Nothing goes ahead of them: a
+    /// lease's watches are dropped locally, without a request.
     pub fn release(&self, nodes: &[&str]) -> Release {
         let nodes: Vec<String> = nodes.iter().rev().map(|node| (*node).to_owned()).collect();
-        let answers = (nodes.iter())
-            .map(|node| self.client.delete(node, None).boxed_local())
-            .collect();
-        Release { nodes, answers }
+        let mut burst = Burst::default();
+        let deleted = nodes.iter().map(|node| burst.delete(node, -1)).collect();
+        let closed = Some(burst.close());
+        self.client.send(burst);
+        Release {
+            nodes,
+            deleted,
+            closed,
+        }
     }
 
     /// Deletes `nodes` and ends the session (see [`Session::close_after`]).
@@ -281,74 +308,73 @@ impl Session {
         self.close_after(release).await
     }
 
-    /// Ends the session right behind the deletes `release` sent (one round
-    /// trip), and waits, bounded, for the answers; a delete whose answer was
-    /// lost is made again from a new connection to the session, which also
-    /// says if the server closed it meanwhile (docs/design.md, "Round trips").
-    /// True when the server confirmed our nodes gone. The library's Closed
-    /// and Expired are no such proof: it reports them, and fails the deletes
-    /// with them, also when it gives up on a connection.
+    /// Waits, bounded, for the answers to the release's deletes and its
+    /// closeSession; a delete whose answer was lost with the connection is
+    /// made again on the session's next connection, with closeSession
+    /// behind it (docs/design.md, "Round trips"). True when the server
+    /// confirmed our nodes gone: deleted, or the session expired.
     pub async fn close_after(self, release: Release) -> bool {
-        let Session {
-            client,
-            mut states,
-            connection_timeout,
-            settings,
-        } = self;
-        let bound = connection_timeout.max(CLOSE_WAIT);
-        let info = client.session().clone();
-        let state = states.peek_state();
-        // Dropping the only handle makes the library send CloseSession.
-        drop(client);
-        let answers = tokio::time::timeout(bound, futures::future::join_all(release.answers))
+        let Session { client, .. } = self;
+        let bound = connection_timeout_for(client.link().borrow().session_timeout).max(CLOSE_WAIT);
+        let confirming = async {
+            let Release {
+                mut nodes,
+                mut deleted,
+                mut closed,
+            } = release;
+            let mut losses = Losses::default();
+            let mut made = Instant::now();
+            loop {
+                let mut lost = Vec::new();
+                for (node, answer) in nodes.into_iter().zip(deleted) {
+                    match answer.await {
+                        Ok(()) | Err(Error::NoNode) => {}
+                        Err(Error::SessionExpired) => return true,
+                        Err(err) if is_connection_loss(&err) => lost.push(node),
+                        Err(_) => return false,
+                    }
+                }
+                let close = closed.take();
+                let close_lost = match close {
+                    Some(close) => matches!(close.await, Err(Error::ConnectionLoss)),
+                    None => false,
+                };
+                if lost.is_empty() {
+                    if close_lost {
+                        // Our nodes are gone: end the session on its next
+                        // connection, without waiting for it.
+                        client.call(|b| b.close());
+                    }
+                    return true;
+                }
+                if losses.lost(made).is_err() {
+                    return false;
+                }
+                let mut burst = Burst::default();
+                deleted = lost.iter().map(|node| burst.delete(node, -1)).collect();
+                closed = Some(burst.close());
+                client.send(burst);
+                made = Instant::now();
+                nodes = lost;
+            }
+        };
+        let confirmed = tokio::time::timeout(bound, confirming)
             .await
-            .unwrap_or_default();
-        // No answers at all when the bound passed.
-        let unanswered: Vec<&str> = (release.nodes.iter().enumerate())
-            .filter(|(i, _)| !answers.get(*i).is_some_and(is_deleted))
-            .map(|(_, node)| node.as_str())
-            .collect();
-        let confirmed =
-            unanswered.is_empty() || delete_attached(&settings, info, &unanswered, bound).await;
-        if !state.is_terminated() {
-            let closed = async { while !states.changed().await.is_terminated() {} };
-            let _ = tokio::time::timeout(CLOSE_WAIT, closed).await;
-        }
+            .unwrap_or(false);
+        // The session's end (Closed on closeSession's answer), bounded.
+        let mut link = client.link();
+        let ended = link.wait_for(|link| link.state.is_over());
+        let _ = tokio::time::timeout(CLOSE_WAIT, ended).await;
         confirmed
     }
 }
 
-/// Whether the server answered a delete with our node gone: deleted now, or
-/// by someone else (an operator, expiry).
-fn is_deleted(answer: &Result<(), zk::Error>) -> bool {
-    matches!(answer, Ok(()) | Err(zk::Error::NoNode))
-}
-
-/// Deletes `nodes` from a new connection to the session `info`, then closes
-/// it; true when the server confirmed them gone (the session already closed
-/// or expired counts).
-async fn delete_attached(
-    settings: &Settings,
-    info: zk::SessionInfo,
-    nodes: &[&str],
-    bound: Duration,
-) -> bool {
-    let attempt = async {
-        let connector = settings.connector().with_session(info);
-        let client = match settings.open(connector).await {
-            Ok(client) => client,
-            // The server's answer to the handshake: the session is gone,
-            // and its nodes with it.
-            Err(zk::Error::SessionExpired) => return true,
-            Err(_) => return false,
-        };
-        let mut confirmed = true;
-        for node in nodes {
-            confirmed &= is_deleted(&retrying(|| client.delete(node, None)).await);
-        }
-        confirmed
-    };
-    tokio::time::timeout(bound, attempt).await.unwrap_or(false)
+/// The error for credentials the ensemble refused (77).
+fn auth_failed(settings: &Settings, why: &str) -> anyhow::Error {
+    let hosts = settings.hosts.connect_string();
+    let credentials = settings.credentials();
+    let message = format!("authentication failed at {hosts} ({credentials}): {why}");
+    Failure::new(Exit::NoPermission, message).into()
 }
 
 #[cfg(test)]
@@ -357,23 +383,40 @@ mod tests {
 
     #[test]
     fn a_moved_session_is_a_lost_connection_not_a_lost_session() {
-        assert!(is_connection_loss(&zk::Error::SessionMoved));
-        assert!(!is_session_lost(&zk::Error::SessionMoved));
+        assert!(is_connection_loss(&Error::SessionMoved));
+        assert!(!is_session_lost(&Error::SessionMoved));
     }
 
     #[test]
-    fn retrying_gives_up_on_endless_losses() {
+    fn retrying_makes_a_lost_request_again() {
         let mut calls = 0;
-        let result: Result<(), zk::Error> = tokio::runtime::Builder::new_current_thread()
+        let result: Result<u32, Error> = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
             .block_on(retrying(|| {
                 calls += 1;
-                async { Err(zk::Error::ConnectionLoss) }
+                let answer = match calls {
+                    1..10 => Err(Error::ConnectionLoss),
+                    _ => Ok(calls),
+                };
+                async move { answer }
             }));
-        let err = result.unwrap_err();
-        assert_eq!(calls, LOSSES_BEFORE_REFUSED);
-        assert!(!is_connection_loss(&err) && !is_session_lost(&err), "{err}");
-        assert!(err.to_string().contains("jute.maxbuffer"), "{err}");
+        assert_eq!(result, Ok(10));
+    }
+
+    #[test]
+    fn only_quick_losses_count_as_a_refusal() {
+        let mut losses = Losses::default();
+        let quick = Instant::now();
+        for _ in 1..LOSSES_BEFORE_REFUSED {
+            losses.lost(quick).unwrap();
+        }
+        // A loss after a stall (an election) starts the count again.
+        losses.lost(Instant::now() - QUICK_LOSS).unwrap();
+        for _ in 1..LOSSES_BEFORE_REFUSED {
+            losses.lost(quick).unwrap();
+        }
+        let refused = losses.lost(quick).unwrap_err();
+        assert!(refused.to_string().contains("jute.maxbuffer"), "{refused}");
     }
 }

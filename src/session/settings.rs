@@ -6,15 +6,22 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use zookeeper_client as zk;
+use std::sync::Arc;
+
+use zklock::zk;
+use zklock::zk::client::SaslFactory;
+use zklock::zk::sasl::SaslMechanism;
+use zklock::zk::sasl::digest_md5::DigestMd5;
 
 use crate::exit::Failure;
 use crate::session::acl::AclPolicy;
 use crate::session::config::{CONFIG_ENV, Loaded};
-use crate::session::connection_timeout_for;
+#[cfg(feature = "kerberos")]
+use crate::session::host_name;
 use crate::session::options::Options;
 use crate::session::secret::{self, PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
-use crate::session::tls::Tls;
+use crate::session::tls::{self, Tls};
+use crate::session::{connection_timeout_for, servers};
 use crate::values::{HostList, Seconds, Target};
 
 /// Where zklock connects when nothing says otherwise.
@@ -171,48 +178,52 @@ impl Settings {
         self.passed_on.clone()
     }
 
-    /// A connector with every setting but the session to attach to.
-    pub fn connector(&self) -> zk::Connector {
-        let mut connector = zk::Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(connection_timeout_for(self.session_timeout))
-            .with_readonly(false);
-        if let Some(tls) = &self.tls {
-            connector = connector.with_tls(tls.options.clone());
+    /// The client's configuration: our hosts and chroot, TLS, and the
+    /// credentials sent on every connection (digest auth in the write of
+    /// the handshake; SASL before anything else).
+    pub fn config(&self) -> zk::client::Config {
+        let hosts = servers(self.hosts.connect_string()).map(str::to_owned);
+        let tls = (self.tls.as_ref())
+            .map(|tls| tls::client_config(tls).expect("checked by Tls::read"))
+            .map(Arc::new);
+        let auth = (self.digest.iter())
+            .map(|(user, password)| {
+                let auth = format!("{user}:{}", password.expose());
+                ("digest".to_owned(), auth.into_bytes())
+            })
+            .collect();
+        zk::client::Config {
+            hosts: hosts.collect(),
+            chroot: self.hosts.chroot().unwrap_or_default().to_owned(),
+            session_timeout: self.session_timeout,
+            connect_timeout: self.connect_timeout,
+            attempt_timeout: connection_timeout_for(self.session_timeout),
+            tls,
+            auth,
+            sasl: self.sasl_factory(),
         }
-        match &self.sasl {
-            Some(Sasl::DigestMd5 { user, password }) => {
-                connector = connector.with_sasl(zk::SaslOptions::digest_md5(
-                    user.clone(),
-                    password.expose().to_owned(),
-                ));
-            }
-            #[cfg(feature = "kerberos")]
-            Some(Sasl::Gssapi { service, host }) => {
-                let mut options = zk::SaslOptions::gssapi().with_username(service.clone());
-                if let Some(host) = host {
-                    options = options.with_hostname(host.clone());
-                }
-                connector = connector.with_sasl(options);
-            }
-            #[cfg(not(feature = "kerberos"))]
-            Some(Sasl::Gssapi { .. }) => unreachable!("refused by resolve without the feature"),
-            None => {}
-        }
-        // The library resends these auth packets on every reconnect.
-        if let Some((user, password)) = &self.digest {
-            let auth = format!("{user}:{}", password.expose());
-            connector = connector.with_auth("digest", auth.as_bytes());
-        }
-        connector
     }
 
-    /// Connects `connector` to our hosts, over TLS when configured.
-    pub async fn open(&self, connector: zk::Connector) -> Result<zk::Client, zk::Error> {
-        let hosts = self.hosts.connect_string();
-        match self.tls {
-            Some(_) => connector.secure_connect(hosts).await,
-            None => connector.connect(hosts).await,
+    /// Makes the SASL mechanism of each new connection.
+    fn sasl_factory(&self) -> Option<SaslFactory> {
+        match self.sasl.clone()? {
+            Sasl::DigestMd5 { user, password } => Some(Arc::new(move || {
+                let mechanism = DigestMd5::new(&user, password.expose());
+                Ok(Box::new(mechanism) as Box<dyn SaslMechanism + Send>)
+            })),
+            #[cfg(feature = "kerberos")]
+            Sasl::Gssapi { service, host } => {
+                let first = servers(self.hosts.connect_string())
+                    .next()
+                    .unwrap_or_default();
+                let host = host.unwrap_or_else(|| host_name(first).to_owned());
+                Some(Arc::new(move || {
+                    let mechanism = zk::sasl::gssapi::Gssapi::new(&service, &host)?;
+                    Ok(Box::new(mechanism) as Box<dyn SaslMechanism + Send>)
+                }))
+            }
+            #[cfg(not(feature = "kerberos"))]
+            Sasl::Gssapi { .. } => unreachable!("refused by resolve without the feature"),
         }
     }
 
@@ -233,8 +244,8 @@ impl Settings {
     pub fn kerberos_problem(&self) -> Option<String> {
         #[cfg(feature = "kerberos")]
         if let Some(Sasl::Gssapi { service, host }) = &self.sasl {
-            let first = crate::session::servers(self.hosts.connect_string()).next()?;
-            let host = host.as_deref().unwrap_or(crate::session::host_name(first));
+            let first = servers(self.hosts.connect_string()).next()?;
+            let host = host.as_deref().unwrap_or(host_name(first));
             return crate::session::kerberos_check::diagnose(service, host);
         }
         None

@@ -1,7 +1,7 @@
 //! TLS: the files given, read and checked once, as one value. The client
-//! library retries a failed handshake like a refused connection and only
-//! logs why, so when connecting takes too long zklock shakes hands with one
-//! server itself ([`diagnose`]) to name what is wrong with the certificates.
+//! retries a failed handshake like a refused connection, so when connecting
+//! takes too long zklock shakes hands with one server itself
+//! ([`diagnose`]) to name what is wrong with the certificates.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -12,7 +12,6 @@ use std::time::Duration;
 use rustls::pki_types::pem::{PemObject, SectionKind};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, Error as TlsError, InconsistentKeys};
-use zookeeper_client as zk;
 
 use crate::exit::{Exit, Failure};
 use crate::session::secret::Secret;
@@ -25,8 +24,6 @@ pub struct Tls {
     pub ca_file: PathBuf,
     ca: String,
     pub identity: Option<Identity>,
-    /// The library's options, built from the same PEM.
-    pub options: zk::TlsOptions,
 }
 
 /// A client certificate and its key (PEM).
@@ -61,26 +58,16 @@ impl Tls {
         let ca = read("CA file", &ca_file)?;
         let file = format!("the TLS CA file {}", ca_file.display());
         holds(&file, &ca, "a certificate", is_cert)?;
-        let options = (zk::TlsOptions::new().with_pem_ca(&ca))
-            .map_err(|_| format!("{file} holds no PEM certificate"))?;
-        let (identity, options) = match (cert, key) {
-            (None, None) => (None, options),
+        let identity = match (cert, key) {
+            (None, None) => None,
             (Some(cert_file), Some(key_file)) => {
                 let (cert, key) = (read("certificate", &cert_file)?, read("key", &key_file)?);
                 check_identity(&cert, &cert_file, &key, &key_file)?;
-                let options = options.with_pem_identity(&cert, &key).map_err(|_| {
-                    format!(
-                        "the TLS certificate {} or key {} is not valid PEM",
-                        cert_file.display(),
-                        key_file.display()
-                    )
-                })?;
-                let identity = Identity {
+                Some(Identity {
                     cert_file,
                     cert,
                     key: Secret::new(key),
-                };
-                (Some(identity), options)
+                })
             }
             (Some(_), None) => {
                 return Err("--tls-cert needs --tls-key (the certificate's private key)".into());
@@ -91,7 +78,6 @@ impl Tls {
             ca_file,
             ca,
             identity,
-            options,
         }))
     }
 }

@@ -14,7 +14,7 @@ pub enum Response {
         path: String,
         stat: Stat,
     },
-    /// setData and exists.
+    /// setData, setACL and exists.
     Stat(Stat),
     Data {
         data: Vec<u8>,
@@ -61,7 +61,9 @@ impl Request {
                 path: path(r.string()?),
                 stat: Stat::read(r)?,
             },
-            Request::SetData { .. } | Request::Exists { .. } => Response::Stat(Stat::read(r)?),
+            Request::SetData { .. } | Request::SetAcl { .. } | Request::Exists { .. } => {
+                Response::Stat(Stat::read(r)?)
+            }
             Request::GetData { .. } => Response::Data {
                 data: r.buffer()?.unwrap_or_default().to_vec(),
                 stat: Stat::read(r)?,

@@ -55,6 +55,11 @@ impl Burst {
         self.0.is_empty()
     }
 
+    /// `other`'s requests after these, in one burst.
+    pub fn append(&mut self, other: Burst) {
+        self.0.extend(other.0);
+    }
+
     pub fn create(
         &mut self,
         path: &str,
@@ -140,6 +145,12 @@ impl Burst {
         })
     }
 
+    /// `version` -1: whatever the ACL's version (the stat's aversion).
+    pub fn set_acl(&mut self, path: &str, acl: &[Acl], version: i32) -> Pending<Stat> {
+        let (path, acl) = (path.to_owned(), acl.to_vec());
+        self.push(Request::SetAcl { path, acl, version }, stat)
+    }
+
     pub fn sync(&mut self, path: &str) -> Pending<()> {
         let path = path.to_owned();
         self.push(Request::Sync { path }, |a| a.result.map(drop))
@@ -171,6 +182,14 @@ impl Burst {
         })
     }
 
+    /// Adds credentials of a scheme (`digest`, `user:password`) to the
+    /// session, sent again on every later connection. A refusal ends the
+    /// session (AuthFailed), as the server closes the connection.
+    pub fn add_auth(&mut self, scheme: &str, auth: &[u8]) -> Pending<()> {
+        let (scheme, auth) = (scheme.to_owned(), auth.to_vec());
+        self.push(Request::Auth { scheme, auth }, |a| a.result.map(drop))
+    }
+
     /// Ends the session; the state becomes Closed on the answer.
     pub fn close(&mut self) -> Pending<()> {
         self.push(Request::CloseSession, |a| a.result.map(drop))
@@ -180,7 +199,7 @@ impl Burst {
 fn stat(answer: Answer) -> Result<Stat, Error> {
     match answer.result? {
         Response::Stat(stat) => Ok(stat),
-        _ => unreachable!("setData answers a stat"),
+        _ => unreachable!("setData and setACL answer a stat"),
     }
 }
 

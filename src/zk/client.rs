@@ -79,6 +79,12 @@ pub struct Link {
     pub losses: u64,
     /// The session timeout the ensemble granted.
     pub session_timeout: Duration,
+    /// When the latest request a server answered was sent (a handshake
+    /// resuming the session, a ping, any request): the server heard from
+    /// the session then or later, so its timeout runs from no earlier
+    /// (docs/design.md, "Session and lease rules"). Updated without
+    /// waking the link's watchers.
+    pub heard: Instant,
 }
 
 /// Why [`Client::connect`] opened no session.
@@ -121,6 +127,7 @@ impl Client {
             state: State::Disconnected,
             losses: 0,
             session_timeout: config.session_timeout,
+            heard: Instant::now(),
         });
         if config.hosts.is_empty() {
             return Err(ConnectError::Unreachable("no server given".to_owned()));
@@ -143,6 +150,11 @@ impl Client {
     /// The link's state, to watch for changes.
     pub fn link(&self) -> watch::Receiver<Link> {
         self.link.clone()
+    }
+
+    /// When the latest request a server answered was sent ([`Link::heard`]).
+    pub fn heard(&self) -> Instant {
+        self.link.borrow().heard
     }
 
     /// Writes the burst's requests in one write (at once, or behind the

@@ -51,6 +51,7 @@ show("get_data", packet(6, s.GetData("/q/n", False)))
 show("get_children2_watch", packet(7, s.GetChildren2("/q", True)))
 show("get_acl", packet(8, s.GetACL("/q")))
 show("sync", packet(9, s.Sync("/q")))
+show("set_acl", packet(15, s.SetACL("/q/n", ACLS, 4)))
 show("multi", packet(10, s.Transaction([
     s.CheckVersion("/q/a", -1),
     s.Create("/q/b", b"v", ACLS[:1], 1),

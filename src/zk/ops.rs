@@ -82,6 +82,12 @@ pub enum Request {
     GetAcl {
         path: String,
     },
+    /// `version` is the ACL's (the stat's aversion), -1 for any.
+    SetAcl {
+        path: String,
+        acl: Vec<Acl>,
+        version: i32,
+    },
     Sync {
         path: String,
     },
@@ -141,6 +147,7 @@ impl Request {
             Request::GetData { .. } => opcode::GET_DATA,
             Request::GetChildren { .. } => opcode::GET_CHILDREN2,
             Request::GetAcl { .. } => opcode::GET_ACL,
+            Request::SetAcl { .. } => opcode::SET_ACL,
             Request::Sync { .. } => opcode::SYNC,
             Request::Multi(_) => opcode::MULTI,
             Request::MultiRead(_) => opcode::MULTI_READ,
@@ -190,6 +197,15 @@ impl Request {
             }
             Request::GetAcl { path: p } | Request::Sync { path: p } => {
                 w.string(&path(p));
+            }
+            Request::SetAcl {
+                path: p,
+                acl,
+                version,
+            } => {
+                w.string(&path(p));
+                w.vector(acl, |w, acl| acl.write(w));
+                w.int(*version);
             }
             Request::Multi(ops) => {
                 for op in ops {

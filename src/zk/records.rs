@@ -14,6 +14,7 @@ pub mod opcode {
     pub const GET_DATA: i32 = 4;
     pub const SET_DATA: i32 = 5;
     pub const GET_ACL: i32 = 6;
+    pub const SET_ACL: i32 = 7;
     pub const GET_CHILDREN: i32 = 8;
     pub const SYNC: i32 = 9;
     pub const PING: i32 = 11;

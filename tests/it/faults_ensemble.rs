@@ -21,10 +21,8 @@ use crate::harness::{
     wait_until, zklock_run,
 };
 
-/// Well above an election, and above the client's reconnect back-off: with three
-/// hosts, zookeeper-client 0.11 retries a full round after about 0.55, 1.4, 2.85 and
-/// 5.5s, so a 6s session (grace 3.4s) is lost whenever an election on a busy machine
-/// takes more than ~2.9s (see `faults_server::s13b_*`).
+/// Well above an election: a 6s session (grace 3.4s) is lost whenever an
+/// election on a busy machine takes more than about 3s.
 const T10: [&str; 4] = ["--session-timeout", "10s", "--kill-after", "1s"];
 const T4: [&str; 4] = ["--session-timeout", "4s", "--kill-after", "0.5s"];
 

@@ -497,7 +497,7 @@ fn verbose_says_when_the_connection_is_lost_and_restored() {
         .lines()
         .find(|l| l.contains("connection to ZooKeeper lost"))
         .unwrap();
-    // `... kept until HH:MM:SS UTC (2.1s from now) unless ...`
+    // `... kept until HH:MM:SS UTC (2s 100ms from now) unless ...`
     let until = lost.split("kept until ").nth(1).unwrap();
     assert!(
         until.as_bytes()[2] == b':'

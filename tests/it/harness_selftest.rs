@@ -5,10 +5,10 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use zookeeper_client::{Acls, CreateMode};
+use zklock::zk::ops::CreateMode;
 
 use crate::harness::{
-    Ensemble, EntryKind, FaultProxy, Inspector, LockLog, Mode, ServerOptions, ZkServer,
+    Ensemble, EntryKind, FaultProxy, Inspector, LockLog, Mode, ServerOptions, ZkServer, open_acl,
     shared_server, signal, unique_path, wait_for_exit, wait_until,
 };
 
@@ -125,12 +125,10 @@ fn owned_server_restart_pause_and_containers() {
     assert_eq!(server.four_letter("ruok"), "imok");
 
     let zk = Inspector::connect(&server.connect_string());
-    zk.run(zk.client().create(
-        "/box",
-        b"",
-        &CreateMode::Container.with_acls(Acls::anyone_all()),
-    ))
-    .expect("create container");
+    let container = zk
+        .client()
+        .call(|b| b.create("/box", b"", &open_acl(), CreateMode::Container));
+    zk.run(container).expect("create container");
     zk.create("/box/item", b"", true);
     zk.create("/kept", b"data", true);
     zk.delete("/box/item");

@@ -7,9 +7,11 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use zklock::zk;
+
 use crate::harness::{
     ClientSecurity, Ensemble, FaultProxy, Gated, Inspector, Mode, Outcome, SASL_PASSWORD,
-    SASL_USER, Security, ServerOptions, TempDir, ZkServer, assert_no_nodes, pki, run_bounded,
+    SASL_USER, Security, ServerOptions, TempDir, ZkServer, acl, assert_no_nodes, pki, run_bounded,
     shared_server, unique_path, zklock_run,
 };
 
@@ -263,11 +265,11 @@ fn secure_sasl_lock_nodes_get_the_default_acl() {
     );
     let node = format!("{path}/{}", zk.children(&path)[0]);
     let (acl, _) = zk
-        .run(zk.client().get_acl(&node))
+        .run(zk.client().call(|b| b.get_acl(&node)))
         .expect("get_acl of our node");
     let acl: Vec<String> = acl
         .iter()
-        .map(|a| format!("{}:{}:{}", a.scheme(), a.id(), a.permission()))
+        .map(|a| format!("{}:{}:{}", a.scheme, a.id, a.perms))
         .collect();
     assert_eq!(acl.len(), 2, "{acl:?}");
     assert!(acl[0].starts_with(&format!("sasl:{SASL_USER}:")), "{acl:?}");
@@ -289,15 +291,15 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
     let bob = Inspector::connect_secure(&connect, &ClientSecurity::digest("bob", "bob-secret"));
     let nodes = bob.try_children(&path);
     assert!(
-        matches!(nodes, Err(zookeeper_client::Error::NoAuth)),
+        matches!(nodes, Err(zk::records::Error::NoAuth)),
         "another identity could list: {nodes:?}"
     );
     let alice =
         Inspector::connect_secure(&connect, &ClientSecurity::digest("alice", "alice-secret"));
     let node = format!("{path}/{}", alice.children(&path)[0]);
-    let deleted = bob.run(bob.client().delete(&node, None));
+    let deleted = bob.run(bob.client().call(|b| b.delete(&node, -1)));
     assert!(
-        matches!(deleted, Err(zookeeper_client::Error::NoAuth)),
+        matches!(deleted, Err(zk::records::Error::NoAuth)),
         "{deleted:?}"
     );
     // The same identity queues behind the holder and takes the lock after it.
@@ -697,7 +699,7 @@ fn secure_sasl_outage_while_waiting_still_gets_the_lock() {
 
 #[test]
 fn secure_acl_denials_exit_77_naming_path_and_permission() {
-    use zookeeper_client as zk;
+    use zk::records::perms;
     let connect = shared_server().connect_string();
     // A lock directory that anyone may create and delete in but only its
     // creator may list.
@@ -706,15 +708,12 @@ fn secure_acl_denials_exit_77_naming_path_and_permission() {
     admin.create_all(&dir);
     admin.delete(&dir);
     let acls = [
-        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("auth", "")),
-        zk::Acl::new(
-            zk::Permission::CREATE | zk::Permission::DELETE,
-            zk::AuthId::anyone(),
-        ),
+        acl(perms::ALL, "auth", ""),
+        acl(perms::CREATE | perms::DELETE, "world", "anyone"),
     ];
-    let mode = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acls));
+    let mode = zk::ops::CreateMode::Persistent;
     admin
-        .run(admin.client().create(&dir, b"", &mode))
+        .run(admin.client().call(|b| b.create(&dir, b"", &acls, mode)))
         .expect("create the lock directory");
     let out = finish(&mut zklock_run(&connect, &dir));
     out.assert_code(77);
@@ -966,7 +965,7 @@ fn secure_acl_without_write_for_us_exits_64() {
 /// and leaves nothing behind, unless given `--acl open`; `status` warns.
 #[test]
 fn secure_open_lock_directory_is_refused_with_credentials() {
-    use zookeeper_client as zk;
+    use zk::records::perms;
     let connect = shared_server().connect_string();
     let dir = unique_path("open-dir");
     let anyone = Inspector::connect(&connect);
@@ -1029,11 +1028,11 @@ fn secure_open_lock_directory_is_refused_with_credentials() {
     let owner =
         Inspector::connect_secure(&connect, &ClientSecurity::digest("alice", "alice-secret"));
     let acls = [
-        zk::Acl::new(zk::Permission::ALL, zk::AuthId::new("auth", "")),
-        zk::Acl::new(zk::Permission::READ, zk::AuthId::anyone()),
+        acl(perms::ALL, "auth", ""),
+        acl(perms::READ, "world", "anyone"),
     ];
     owner
-        .run(owner.client().set_acl(&dir, &acls, None))
+        .run(owner.client().call(|b| b.set_acl(&dir, &acls, -1)))
         .expect("setAcl");
     let mut cmd = zklock_run(&connect, &dir);
     alice(&mut cmd);

@@ -1,11 +1,11 @@
 //! Self-tests of the secure-ensemble harness: each kind of secure server starts, the
 //! inspector gets in with the right credentials and not without. They also print
-//! (with `--nocapture`) what each failure looks like from the client crate and how
+//! (with `--nocapture`) what each failure looks like from zklock's client and how
 //! long it takes.
 
 use std::time::{Duration, Instant};
 
-use zookeeper_client as zk;
+use zklock::zk::client::ConnectError;
 
 use crate::harness::{
     CLIENT_DN, ClientAuth, ClientSecurity, Ensemble, Inspector, SASL_OTHER_USER, SASL_PASSWORD,
@@ -13,7 +13,7 @@ use crate::harness::{
     wait_until,
 };
 
-/// Session timeout of connects expected to fail: it bounds how long the crate retries.
+/// Session timeout of connects expected to fail: it bounds how long the client retries.
 const FAILING_SESSION_TIMEOUT: Duration = Duration::from_secs(4);
 
 fn secure_server(security: Security) -> ZkServer {
@@ -24,8 +24,12 @@ fn secure_server(security: Security) -> ZkServer {
 }
 
 /// Connects as `security` says, expecting failure; returns the error and how long
-/// the crate took to report it.
-fn expect_failure(what: &str, connect: &str, security: &ClientSecurity) -> (zk::Error, Duration) {
+/// the client took to report it.
+fn expect_failure(
+    what: &str,
+    connect: &str,
+    security: &ClientSecurity,
+) -> (ConnectError, Duration) {
     let started = Instant::now();
     let result = Inspector::try_connect_secure(connect, security, FAILING_SESSION_TIMEOUT);
     let elapsed = started.elapsed();
@@ -45,7 +49,7 @@ fn expect_failure(what: &str, connect: &str, security: &ClientSecurity) -> (zk::
 }
 
 /// Both with and without `fail_eagerly`.
-fn expect_failure_both(what: &str, connect: &str, security: ClientSecurity) -> zk::Error {
+fn expect_failure_both(what: &str, connect: &str, security: ClientSecurity) -> ConnectError {
     let (eager, _) = expect_failure(what, connect, &security.clone().with_fail_eagerly());
     let (patient, _) = expect_failure(what, connect, &security);
     eprintln!("OBSERVED {what}: eager {eager:?}, patient {patient:?}");
@@ -359,7 +363,7 @@ fn secure_harness_kerberos_gssapi_connects() {
         "{ids:?}"
     );
     drop(zk);
-    // Without the `localhost` instance the crate asks for zookeeper/127.0.0.1.
+    // Without the `localhost` instance the client asks for zookeeper/127.0.0.1.
     let mut by_ip = ClientSecurity::kerberos();
     by_ip.sasl = Some(crate::harness::ClientSasl::Gssapi { hostname: None });
     expect_failure(

@@ -2,21 +2,20 @@
 //! rules", which draws the timeline of a disconnection); the rule's
 //! arithmetic is in `policy.rs`.
 
+mod decide;
 mod policy;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::future::select_all;
 use tokio::time::{Instant, sleep_until};
-use zookeeper_client as zk;
+use zklock::zk::client::Client;
 
+use self::decide::{Event, Verdict, decide};
 pub use self::policy::{DEFAULT_KILL_AFTER, LeasePolicy, OnDisconnect};
 use crate::lock::queue::NodeWatch;
 use crate::report::Report;
-use crate::session::{Settings, is_connection_loss, is_session_lost, retrying};
-use crate::values::{Precision, rfc3339};
+use crate::values::{Precision, human_duration, rfc3339};
 
 /// Why the lock was lost (shown to the user).
 pub type LossReason = String;
@@ -27,185 +26,122 @@ pub type LossReason = String;
 /// "Holder data") saves a request and a watch that write would fire.
 pub type WatchFrom = tokio::sync::watch::Receiver<bool>;
 
-/// How to reach our session from a second connection (see [`probe`]).
-pub struct Reattach {
-    /// The same TLS and credentials as the session's own connection.
-    pub settings: Settings,
-    pub session: zk::SessionInfo,
-}
-
 /// The lease deadline (docs/design.md, "Session and lease rules"): the
-/// command may run until then. [`lost`] moves it with every answer to a
-/// request of ours; the command's supervisor hands it to the keeper.
+/// command may run until then. [`lost`] moves it with the time the server
+/// last heard from the session; the command's supervisor hands it to the
+/// keeper.
 pub type Deadline = tokio::sync::watch::Sender<Instant>;
 
-/// The deadline of a lock just taken, counted from now: the answers that
-/// confirmed the lock have just come (their round trip is within the margin
-/// m), and [`lost`] asks for answers of its own from C/3 on.
-pub fn deadline(policy: LeasePolicy) -> (Deadline, tokio::sync::watch::Receiver<Instant>) {
-    tokio::sync::watch::channel(policy.deadline_after(Instant::now()))
+/// The deadline of a lock just taken, counted from when the server last
+/// heard from `client`'s session (the requests that confirmed the lock).
+pub fn deadline(
+    client: &Client,
+    policy: LeasePolicy,
+) -> (Deadline, tokio::sync::watch::Receiver<Instant>) {
+    tokio::sync::watch::channel(policy.deadline_after(client.heard()))
 }
 
 /// Resolves when a lock held through one of `nodes` is lost; never resolves
 /// while all are held. `owner` is the session the nodes must belong to: ours,
 /// or, for a nested run re-entering an enclosing run's lock, that run's.
-/// Nodes without a watch are first read once `unwatched_from` says go. Asks
-/// the server something every [`LeasePolicy::ask_every`] and moves
-/// `deadline` with each answer; the lock is lost when no answer came in
-/// time. With `-v` (`report`), says when the connection is lost and comes
-/// back.
+/// Nodes without a watch are first read once `unwatched_from` says go.
+/// Decides from the link's states and our nodes' events alone
+/// ([`decide`]); moves `deadline` with the time the server last heard from
+/// the session, and asks the server something only when nothing else has
+/// been answered for [`LeasePolicy::ask_after`]. With `-v` (`report`), says
+/// when the connection is lost and comes back.
 #[allow(clippy::too_many_arguments)]
 pub async fn lost(
-    client: &zk::Client,
+    client: &Client,
     nodes: &[String],
     watches: Vec<Option<NodeWatch>>,
     unwatched_from: WatchFrom,
     policy: LeasePolicy,
-    reattach: &Reattach,
     owner: i64,
     deadline: &Deadline,
     report: Report,
 ) -> LossReason {
-    let renew = |sent: Instant| {
+    // Moves the deadline to what the last answer allows; whether it moved.
+    let renew = || {
         deadline.send_if_modified(|at| {
-            let renewed = policy.deadline_after(sent);
+            let renewed = policy.deadline_after(client.heard());
             let later = renewed > *at;
             if later {
                 *at = renewed;
             }
             later
-        });
+        })
     };
-    let past_deadline = || -> LossReason {
-        "no answer from ZooKeeper past the lease deadline (the session may expire)".into()
-    };
-    let mut states = client.state_watcher();
+    let verdict =
+        |in_outage: bool, event: Event| decide(policy.on_disconnect, in_outage, owner, event);
+    let mut link = client.link();
     // While disconnected: since when.
     let mut outage: Option<Instant> = None;
-    if states.peek_state() == zk::SessionState::Disconnected {
-        match outage_begins(report, *deadline.borrow()) {
-            Some(since) => outage = Some(since),
-            None => return past_deadline(),
-        }
-    }
-    let check_nodes = |watches| {
-        Box::pin(any_node_lost(
-            client,
-            nodes,
-            watches,
-            &unwatched_from,
-            owner,
-            policy,
-        ))
-    };
-    let mut node_check = check_nodes(watches);
-    let mut probing: Option<Pin<Box<dyn Future<Output = Probe> + '_>>> = None;
-    let probe_interval = (policy.connection_timeout / 2).max(Duration::from_millis(200));
-    let mut next_probe = Instant::now();
-    // A request of ours in flight (see `answered`); and, after a
-    // reconnection, when it must have been answered. The first goes out
-    // only after C/3: the lock's confirmation was an answer (see
-    // [`deadline`]), and a short command then ends with no request of the
-    // lease before its release.
-    let mut asking: Option<Pin<Box<dyn Future<Output = Option<Instant>> + '_>>> = None;
-    let mut next_ask = Instant::now() + policy.ask_every();
-    let mut confirm_by: Option<Instant> = None;
+    let mut nodes_lost = Box::pin(any_node_lost(
+        client,
+        nodes,
+        watches,
+        &unwatched_from,
+        policy,
+        owner,
+    ));
+    let mut asking = None;
     loop {
-        if outage.is_some() && probing.is_none() && Instant::now() >= next_probe {
-            probing = Some(Box::pin(probe(reattach, nodes, policy, owner)));
-        }
-        // Whether the connection is found down.
-        let down = tokio::select! {
-            reason = &mut node_check => return reason,
-            state = states.changed() => match state {
-                zk::SessionState::SyncConnected => {
-                    // The outage, if any, ends once the connection answers.
-                    asking = Some(Box::pin(answered(client)));
-                    confirm_by = Some(Instant::now() + policy.connection_timeout);
-                    probing = None;
-                    next_probe = Instant::now() + probe_interval;
-                    // Check that our node survived the disconnection.
-                    node_check = check_nodes(Vec::new());
-                    false
-                }
-                zk::SessionState::Disconnected | zk::SessionState::ConnectedReadOnly => {
-                    confirm_by = None;
-                    true
-                }
-                zk::SessionState::Expired => return "the ZooKeeper session expired".into(),
-                zk::SessionState::Closed => return "the ZooKeeper session was closed".into(),
-                zk::SessionState::AuthFailed => return "ZooKeeper authentication failed".into(),
+        let state = link.borrow_and_update().state;
+        match verdict(outage.is_some(), Event::Link(state)) {
+            Verdict::Lost(reason) => return reason,
+            Verdict::OutageBegins => match outage_begins(report, *deadline.borrow()) {
+                Some(since) => outage = Some(since),
+                None => return verdict(true, Event::DeadlinePassed).lost(),
             },
-            outcome = async { probing.as_mut().expect("guarded").await }, if probing.is_some() => {
-                probing = None;
-                next_probe = Instant::now() + probe_interval;
-                match outcome {
-                    Probe::Alive(sent) => renew(sent),
-                    Probe::Lost(reason) => return reason,
-                    Probe::Unreachable => {}
+            Verdict::Restored => {
+                renew();
+                if let Some(since) = outage.take() {
+                    report.info(format_args!(
+                        "connection to ZooKeeper restored after {}; still holding",
+                        human_duration(since.elapsed())
+                    ));
                 }
-                false
             }
-            () = sleep_until(next_ask), if asking.is_none() && outage.is_none() => {
-                asking = Some(Box::pin(answered(client)));
-                false
-            }
-            sent = async { asking.as_mut().expect("guarded").await }, if asking.is_some() => {
-                // Only a reconnection must be answered in time; otherwise
-                // the deadline decides.
-                let confirming = confirm_by.is_some();
-                (asking, confirm_by) = (None, None);
-                next_ask = Instant::now() + policy.ask_every();
-                if let Some(sent) = sent {
-                    renew(sent);
-                    if let Some(since) = outage {
-                        report.info(format_args!(
-                            "connection to ZooKeeper restored after {}; still holding",
-                            fmt_tenths(since.elapsed())
-                        ));
-                        (outage, probing) = (None, None);
-                    }
+            Verdict::Keep | Verdict::Watch => {}
+        }
+        let ask_at = client.heard() + policy.ask_after();
+        let at = *deadline.borrow();
+        tokio::select! {
+            reason = &mut nodes_lost => return reason,
+            changed = link.changed() => {
+                if changed.is_err() {
+                    return verdict(outage.is_some(), Event::Link(zklock::zk::client::State::Closed)).lost();
                 }
-                sent.is_none() && confirming
             }
-            () = sleep_until(confirm_by.unwrap_or_else(Instant::now)), if confirm_by.is_some() => {
-                confirm_by = None;
-                true
-            }
-            () = sleep_until(next_probe), if outage.is_some() && probing.is_none() => false,
-            () = sleep_until(*deadline.borrow()) => return past_deadline(),
-        };
-        if down {
-            if policy.on_disconnect == OnDisconnect::Kill {
-                return "disconnected from ZooKeeper (--on-disconnect=kill)".into();
-            }
-            if outage.is_none() {
-                match outage_begins(report, *deadline.borrow()) {
-                    Some(since) => outage = Some(since),
-                    None => return past_deadline(),
+            // Nothing answered for a while: ask (any node will do, and
+            // exists needs no permission); its answer moves the deadline.
+            () = sleep_until(ask_at), if asking.is_none() && outage.is_none() => {
+                renew();
+                if client.heard() + policy.ask_after() <= Instant::now() {
+                    asking = Some(client.call(|b| b.exists("/", false)));
                 }
-                next_probe = Instant::now() + probe_interval;
+            }
+            _ = async { asking.as_mut().expect("guarded").await }, if asking.is_some() => {
+                asking = None;
+                renew();
+            }
+            () = sleep_until(at) => {
+                if !renew() {
+                    return verdict(outage.is_some(), Event::DeadlinePassed).lost();
+                }
             }
         }
     }
 }
 
-/// When a request of ours that the server answered was sent: the server
-/// heard from the session then or later. Also whether a request goes through
-/// the client's connection at all: the client library says it is connected
-/// as soon as the server answers the session handshake; if the connection
-/// breaks before the request it sends next is answered, it reconnects without
-/// saying it was disconnected again (until it gives up and calls the session
-/// expired). Only an answer proves a reconnection (docs/design.md, "Session
-/// and lease rules"). Any node will do, and exists needs no permission.
-async fn answered(client: &zk::Client) -> Option<Instant> {
-    let mut sent = Instant::now();
-    let answer = retrying(|| {
-        sent = Instant::now();
-        client.check_stat("/")
-    })
-    .await;
-    answer.ok().map(|_| sent)
+impl Verdict {
+    fn lost(self) -> LossReason {
+        match self {
+            Verdict::Lost(reason) => reason,
+            other => unreachable!("not a loss: {other:?}"),
+        }
+    }
 }
 
 /// A disconnection while holding begins: says so with `-v`, the lease
@@ -223,73 +159,21 @@ fn outage_begins(report: Report, deadline: Instant) -> Option<Instant> {
     report.info(format_args!(
         "connection to ZooKeeper lost; the lock is kept until {time} UTC ({} from now) \
          unless the connection comes back (--on-disconnect lease)",
-        fmt_tenths(left)
+        human_duration(left)
     ));
     Some(now)
-}
-
-/// A duration to a tenth of a second, as `1.2s`.
-fn fmt_tenths(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
-}
-
-enum Probe {
-    /// The session and our nodes were there; the last request that showed
-    /// it was sent at this instant.
-    Alive(Instant),
-    Lost(LossReason),
-    Unreachable,
-}
-
-/// While the client is disconnected, attaches our session from a second,
-/// short-lived connection and checks that our nodes are still `owner`'s:
-/// the library's reconnect back-off could outlast the deadline, and a
-/// successful attach proves the session alive and restarts its timeout.
-/// The probe is detached: dropping it must not close the session.
-async fn probe(reattach: &Reattach, nodes: &[String], policy: LeasePolicy, owner: i64) -> Probe {
-    let connector = reattach
-        .settings
-        .connector()
-        .with_session(reattach.session.clone())
-        .with_session_timeout(policy.session_timeout)
-        .with_connection_timeout(policy.connection_timeout)
-        .with_detached();
-    let mut sent = Instant::now();
-    let connecting = reattach.settings.open(connector);
-    let client = match tokio::time::timeout(policy.connection_timeout, connecting).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(zk::Error::SessionExpired)) => {
-            return Probe::Lost("the ZooKeeper session expired".into());
-        }
-        Ok(Err(_)) | Err(_) => return Probe::Unreachable,
-    };
-    for node in nodes {
-        sent = Instant::now();
-        match tokio::time::timeout(policy.connection_timeout, client.get_data(node)).await {
-            Ok(Ok((_, stat))) if stat.ephemeral_owner == owner => {}
-            Ok(Ok(_)) => return Probe::Lost(format!("{node} now belongs to another session")),
-            Ok(Err(zk::Error::NoNode)) => return Probe::Lost(format!("{node} was deleted")),
-            Ok(Err(_)) | Err(_) => return Probe::Unreachable,
-        }
-    }
-    Probe::Alive(sent)
 }
 
 /// The first of `nodes` found lost; `watches` are those already set on
 /// them (by position), the rest are set here.
 async fn any_node_lost(
-    client: &zk::Client,
+    client: &Client,
     nodes: &[String],
     mut watches: Vec<Option<NodeWatch>>,
     unwatched_from: &WatchFrom,
-    owner: i64,
     policy: LeasePolicy,
+    owner: i64,
 ) -> LossReason {
-    if let Some(interval) = policy.poll_nodes {
-        // Dropped while connected: the library removes them from the server now.
-        drop(watches);
-        return nodes_lost_polling(client, nodes, owner, interval).await;
-    }
     watches.resize_with(nodes.len(), || None);
     let checks: Vec<_> = nodes
         .iter()
@@ -301,7 +185,7 @@ async fn any_node_lost(
                     // An error means the sender is gone: go.
                     let _ = go.wait_for(|go| *go).await;
                 }
-                node_lost(client, node, watch, owner).await
+                node_lost(client, node, watch, policy, owner).await
             })
         })
         .collect();
@@ -314,83 +198,57 @@ async fn any_node_lost(
 /// Why a lock held through `nodes` is lost, if it is, by one round trip:
 /// a release that asks first never says "released" for a lock deleted a
 /// moment before, whose watch event is then still on its way.
-pub async fn lost_now(client: &zk::Client, nodes: &[String], owner: i64) -> Option<LossReason> {
+pub async fn lost_now(client: &Client, nodes: &[String], owner: i64) -> Option<LossReason> {
     let reads = nodes
         .iter()
-        .map(|node| async move { (node, client.check_stat(node).await) });
+        .map(|node| async move { (node, client.call(|b| b.get_data(node, false)).await) });
     for (node, read) in futures::future::join_all(reads).await {
-        match read {
-            Ok(Some(stat)) if stat.ephemeral_owner != owner => {
-                return Some(format!("{node} now belongs to another session"));
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => return Some(format!("{node} was deleted")),
-            Err(err) if is_session_lost(&err) => {
-                return Some("the ZooKeeper session expired".into());
-            }
-            // Not known to be lost: the release says what it can.
-            Err(_) => {}
+        let owner_read = (read.as_ref())
+            .map(|found| found.stat.ephemeral_owner)
+            .map_err(|err| *err);
+        let event = Event::Read {
+            node,
+            owner: owner_read,
+        };
+        if let Verdict::Lost(reason) = decide(OnDisconnect::Lease, false, owner, event) {
+            return Some(reason);
         }
     }
     None
 }
 
-/// Reads our nodes every `interval` (without a watch) until one is gone or
-/// not owned by `owner`.
-async fn nodes_lost_polling(
-    client: &zk::Client,
-    nodes: &[String],
-    owner: i64,
-    interval: Duration,
-) -> LossReason {
-    loop {
-        for node in nodes {
-            match client.get_data(node).await {
-                Ok((_, stat)) if stat.ephemeral_owner != owner => {
-                    return format!("{node} now belongs to another session");
-                }
-                Ok(_) => {}
-                Err(zk::Error::NoNode) => return format!("{node} was deleted"),
-                // The session's state changes decide these.
-                Err(err) if is_connection_loss(&err) || is_session_lost(&err) => {}
-                Err(err) => return format!("cannot read {node}: {err}"),
-            }
-        }
-        tokio::time::sleep(interval).await;
-    }
-}
-
 /// Watches our node with a data watch (starting with `watch` if given):
-/// resolves when it is deleted or is found owned by a session other than `owner`.
+/// resolves when it is deleted, found owned by a session other than
+/// `owner`, or the session ends ([`decide`]).
 async fn node_lost(
-    client: &zk::Client,
+    client: &Client,
     node: &str,
     mut watch: Option<NodeWatch>,
+    policy: LeasePolicy,
     owner: i64,
 ) -> LossReason {
+    let verdict = |event| decide(policy.on_disconnect, false, owner, event);
     loop {
         let event = match watch.take() {
-            Some(watch) => watch.await,
-            None => match retrying(|| client.get_and_watch_data(node)).await {
-                Ok((_, stat, watcher)) => {
-                    if stat.ephemeral_owner != owner {
-                        return format!("{node} now belongs to another session");
-                    }
-                    watcher.changed().await
-                }
-                Err(zk::Error::NoNode) => return format!("{node} was deleted"),
-                Err(err) if is_session_lost(&err) => {
-                    return "the ZooKeeper session expired".into();
-                }
-                Err(err) => return format!("cannot watch {node}: {err}"),
+            Some(watch) => Event::Watch {
+                node,
+                event: watch.await.map(|fired| fired.event_type),
             },
-        };
-        match event.event_type {
-            zk::EventType::NodeDeleted => return format!("{node} was deleted"),
-            zk::EventType::Session if event.session_state.is_terminated() => {
-                return format!("the ZooKeeper session ended ({})", event.session_state);
+            None => {
+                let read = client.call(|b| b.get_data(node, true)).await;
+                let owner = (read.as_ref())
+                    .map(|found| found.stat.ephemeral_owner)
+                    .map_err(|err| *err);
+                if let Ok(found) = read {
+                    watch = found.watch;
+                }
+                Event::Read { node, owner }
             }
-            _ => {}
+        };
+        match verdict(event) {
+            Verdict::Lost(reason) => return reason,
+            Verdict::Watch => watch = None,
+            Verdict::Keep | Verdict::OutageBegins | Verdict::Restored => {}
         }
     }
 }

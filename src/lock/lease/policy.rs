@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::values::human_ms;
+use crate::values::human_duration;
 
 /// What a disconnection means while holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -23,9 +23,6 @@ pub struct LeasePolicy {
     pub connection_timeout: Duration,
     pub kill_after: Duration,
     pub on_disconnect: OnDisconnect,
-    /// Look at our nodes every so often instead of watching them (with SASL:
-    /// docs/design.md, "Session and lease rules").
-    pub poll_nodes: Option<Duration>,
 }
 
 impl LeasePolicy {
@@ -47,19 +44,22 @@ impl LeasePolicy {
         sent + self.lease()
     }
 
-    /// How often a holder asks the server something while connected: more
-    /// often than the client library pings an idle connection (3/8 of C),
-    /// so that it sends no pings of its own and zklock's answers are the
-    /// connection's last: counting from them costs a round trip, not a
-    /// ping interval, of the lease.
-    pub fn ask_every(&self) -> Duration {
-        self.connection_timeout / 3
+    /// How long after the server last heard from us (an answered request,
+    /// the client's pings included) a holder asks something itself, if no
+    /// other answer came meanwhile: where the lease leaves room, early
+    /// enough that its answer, or the client's verdict that the connection
+    /// is gone (a request unanswered for C) and one reconnection (C), come
+    /// before the deadline; never more often than three times a lease. The
+    /// client pings a connection quiet for T/3: where that comes first, a
+    /// holder asks nothing.
+    pub fn ask_after(&self) -> Duration {
+        let lease = self.lease();
+        (lease.saturating_sub(self.connection_timeout * 2)).max(lease / 3)
     }
 
-    /// How long after a disconnection is noticed the command may keep
-    /// running while the same session tries to come back, at least: a
-    /// silent server is noticed at most C after its last answer. This is
-    /// also how long zklock may be stopped with its command.
+    /// How long the command may keep running after C without an answer
+    /// while the same session tries to come back. This is also how long
+    /// zklock may be stopped with its command.
     pub fn grace(&self) -> Duration {
         match self.on_disconnect {
             OnDisconnect::Kill => Duration::ZERO,
@@ -89,9 +89,9 @@ impl LeasePolicy {
             "--kill-after {} leaves no room in a {} session: a lost lock could not be \
              given up before the session expires; use --kill-after below {} or a longer \
              --session-timeout",
-            human_ms(self.kill_after),
-            human_ms(self.session_timeout),
-            human_ms(budget),
+            human_duration(self.kill_after),
+            human_duration(self.session_timeout),
+            human_duration(budget),
         ))
     }
 
@@ -114,7 +114,7 @@ impl LeasePolicy {
             return Err(format!(
                 "a {} session is too short to stop the command before it expires; \
                  use a longer --session-timeout",
-                human_ms(self.session_timeout)
+                human_duration(self.session_timeout)
             ));
         }
         Ok(LeasePolicy { kill_after, ..self })
@@ -140,7 +140,6 @@ mod tests {
             connection_timeout: crate::session::connection_timeout_for(session_timeout),
             kill_after: Duration::from_millis(k_ms),
             on_disconnect: mode,
-            poll_nodes: None,
         }
     }
 
@@ -208,13 +207,16 @@ mod tests {
             let p = policy_ms(t, u64::MAX, OnDisconnect::Lease)
                 .with_default_kill_after()
                 .unwrap();
-            // Faster than the library's pings (3/8 of C).
-            assert!(p.ask_every() * 8 < p.connection_timeout * 3, "{t}");
             // A connected holder, asking on time, never reaches its
-            // deadline between two answers; a stopped one may stay stopped
-            // about the grace before it does.
-            assert!(p.ask_every() * 2 < p.lease(), "{t}: {p:?}");
-            assert!(p.grace() + p.ask_every() <= p.lease(), "{t}: {p:?}");
+            // deadline between two answers: a lost connection is found
+            // (C) before it, with room to reconnect where there is any.
+            assert!(p.ask_after() < p.lease(), "{t}: {p:?}");
+            if p.check().is_ok() {
+                assert!(
+                    p.ask_after() + p.connection_timeout < p.lease(),
+                    "{t}: {p:?}"
+                );
+            }
         }
     }
 

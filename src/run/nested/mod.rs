@@ -7,7 +7,8 @@
 mod claims;
 
 use anyhow::{Context, Result};
-use zookeeper_client as zk;
+use zklock::zk;
+use zklock::zk::burst::Burst;
 
 use self::claims::{Claim, Decision, Held, Inherited, Observed};
 use super::acquire::connect;
@@ -77,7 +78,7 @@ pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
         return Ok(Step::Go(None));
     };
-    let (session, policy) = match connect(plan, signals).await? {
+    let (session, policy) = match connect(plan, signals, Burst::default()).await? {
         Step::Go(connected) => connected,
         Step::End(exit) => return Ok(Step::End(exit)),
     };
@@ -128,26 +129,35 @@ pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step
 
 /// Reads what decides a claim, after a sync: a new session may be served
 /// by a member that has not yet seen the enclosing run's node.
-async fn observe(client: &zk::Client, claim: &Claim) -> Result<Observed> {
+async fn observe(client: &zk::client::Client, claim: &Claim) -> Result<Observed> {
     let dir = claim.dir();
-    match retrying(|| client.sync(dir)).await {
-        Ok(_) | Err(zk::Error::NoNode) => {}
+    match retrying(|| client.call(|b| b.sync(dir))).await {
+        Ok(_) | Err(zk::records::Error::NoNode) => {}
         Err(err) => return Err(err).context(format!("syncing {dir}")),
     }
-    let stat = match retrying(|| client.get_data(&claim.node)).await {
+    let stat = match retrying(|| client.call(|b| b.get_data(&claim.node, false)))
+        .await
+        .map(|d| (d.data, d.stat))
+    {
         Ok((_, stat)) => (stat.ephemeral_owner, stat.czxid),
-        Err(zk::Error::NoNode) => return Ok(Observed::default()),
+        Err(zk::records::Error::NoNode) => return Ok(Observed::default()),
         Err(err) => return Err(err).context(format!("reading {}", claim.node)),
     };
-    let children = match retrying(|| client.list_children(dir)).await {
+    let children = match retrying(|| client.call(|b| b.get_children(dir, false)))
+        .await
+        .map(|c| c.children)
+    {
         Ok(children) => children,
-        Err(zk::Error::NoNode) => Vec::new(),
+        Err(zk::records::Error::NoNode) => Vec::new(),
         Err(err) => return Err(err).context(format!("listing {dir}")),
     };
     let limit = match claim.held {
-        Held::Lease => match retrying(|| client.get_data(&claim.path)).await {
+        Held::Lease => match retrying(|| client.call(|b| b.get_data(&claim.path, false)))
+            .await
+            .map(|d| (d.data, d.stat))
+        {
             Ok((data, _)) => recipe::decode_limit(&data),
-            Err(zk::Error::NoNode) => None,
+            Err(zk::records::Error::NoNode) => None,
             Err(err) => return Err(err).context(format!("reading {}", claim.path)),
         },
         Held::Writer | Held::Reader => None,

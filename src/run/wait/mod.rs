@@ -18,11 +18,11 @@ use tokio::time::Instant;
 
 use self::terminal::new_bar;
 use super::notify;
-use crate::lock::holder::{self, Detail, HolderData, Seen};
+use crate::lock::holder::Seen;
 use crate::lock::queue::{Node, Observer};
+use crate::present::{holder, whole_seconds};
 use crate::report::{self, Report, Verbosity};
 use crate::session::Session;
-use crate::values::server_time;
 
 /// Reports the queue while waiting and remembers who was first in this
 /// session, to say who held the lock if we give up.
@@ -100,9 +100,9 @@ impl WaitReport {
         let Some(first) = &self.first else {
             return String::new();
         };
-        let read = session.client().get_data(first);
+        let read = session.client().call(|b| b.get_data(first, false));
         let seen = match tokio::time::timeout(Duration::from_secs(1), read).await {
-            Ok(Ok(found)) => Some(Seen::from(found)),
+            Ok(Ok(found)) => Some(Seen::from((found.data, found.stat))),
             // What the display last read of it, if it is still the first.
             _ => (self.display.queue.borrow().as_ref())
                 .filter(|queue| queue.first == *first)
@@ -223,7 +223,7 @@ impl WaitDisplay {
         if self.mode == Mode::Heartbeat {
             self.report.info(format_args!(
                 "still waiting {}: {}",
-                short(self.started.elapsed()),
+                whole_seconds(self.started.elapsed()),
                 summary(queue, SystemTime::now())
             ));
         }
@@ -239,7 +239,7 @@ impl WaitDisplay {
         };
         let text = format!(
             "waiting {} for {}: {}",
-            short(self.started.elapsed()),
+            whole_seconds(self.started.elapsed()),
             queue.path,
             summary(queue, SystemTime::now())
         );
@@ -290,7 +290,7 @@ fn summary(queue: &Queue, now: SystemTime) -> String {
         return format!("all {holders} permits are taken");
     }
     let held_by = (queue.holder.as_ref())
-        .and_then(|seen| holder_text(seen, now))
+        .and_then(|seen| holder::brief(seen, now))
         // Not read, or not zklock's data: the node's name still tells.
         .unwrap_or_else(|| {
             queue
@@ -301,40 +301,6 @@ fn summary(queue: &Queue, now: SystemTime) -> String {
                 .to_owned()
         });
     format!("{} ahead, held by {held_by}", queue.ahead)
-}
-
-/// `pid 4242 on web1 for 14m` from a holder's node. How long it has held is
-/// counted from its acquisition write's mtime (server clock) to `now`
-/// (this host's clock, as `zklock status` does), never negative.
-fn holder_text(seen: &Seen, now: SystemTime) -> Option<String> {
-    let Some(data) = HolderData::parse(&seen.data) else {
-        return holder::describe(seen);
-    };
-    if data.pid.is_none() && data.zklock_pid.is_none() {
-        return None;
-    }
-    let mut text = data.who(Detail::Brief);
-    if data.acquired == Some(true) {
-        let held = now.duration_since(server_time(seen.mtime));
-        text.push_str(&format!(" for {}", short(held.unwrap_or_default())));
-    }
-    Some(text)
-}
-
-/// A duration in at most two units, to the second: `42s`, `3m 5s`, `3m`,
-/// `2h 14m`, `3d 1h`.
-fn short(duration: Duration) -> String {
-    let secs = duration.as_secs();
-    let (big, small) = match secs {
-        0..60 => return format!("{secs}s"),
-        60..3600 => ((secs / 60, "m"), (secs % 60, "s")),
-        3600..86400 => ((secs / 3600, "h"), (secs % 3600 / 60, "m")),
-        _ => ((secs / 86400, "d"), (secs % 86400 / 3600, "h")),
-    };
-    match small.0 {
-        0 => format!("{}{}", big.0, big.1),
-        _ => format!("{}{} {}{}", big.0, big.1, small.0, small.1),
-    }
 }
 
 #[cfg(test)]
@@ -360,17 +326,6 @@ mod tests {
             }),
             pool: None,
         }
-    }
-
-    #[test]
-    fn short_durations() {
-        let s = |secs| short(Duration::from_secs(secs));
-        assert_eq!(s(0), "0s");
-        assert_eq!(s(59), "59s");
-        assert_eq!(s(180), "3m");
-        assert_eq!(s(185), "3m 5s");
-        assert_eq!(s(2 * 3600 + 14 * 60 + 9), "2h 14m");
-        assert_eq!(s(3 * 86400 + 3600), "3d 1h");
     }
 
     #[test]

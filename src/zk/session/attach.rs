@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Driver, InFlight, write_queued};
+use tokio::sync::oneshot;
+
+use super::{Driver, InFlight, Queued, Written};
 use crate::zk::client::{ConnectError, State};
 use crate::zk::conn::{self, Conn, Refused};
 use crate::zk::ops::Request;
@@ -94,6 +96,7 @@ impl Driver {
             read_only: false,
         };
         let mut in_flight = VecDeque::new();
+        let sent = Instant::now();
         let exchange = self.exchange(&mut conn, &request, sasl, &mut in_flight);
         let response = match tokio::time::timeout(config.attempt_timeout, exchange).await {
             Ok(response) => response,
@@ -111,6 +114,7 @@ impl Driver {
                 self.link.send_modify(|link| {
                     link.state = State::Connected;
                     link.session_timeout = self.timeout;
+                    link.heard = link.heard.max(sent);
                 });
                 Ok(conn)
             }
@@ -152,19 +156,31 @@ impl Driver {
     /// watches to set again, the waiting requests (now in flight).
     fn behind(&mut self, in_flight: &mut VecDeque<InFlight>) -> Vec<u8> {
         let mut behind = Vec::new();
-        for (scheme, auth) in &self.config.auth {
-            let auth = Request::Auth {
+        for (scheme, auth) in &self.credentials {
+            let request = Request::Auth {
                 scheme: scheme.clone(),
                 auth: auth.clone(),
             };
-            auth.write_packet(xid::AUTH, "", &mut behind);
+            request.write_packet(xid::AUTH, "", &mut behind);
+            // Answered like an added one, with nobody waiting for it.
+            let (reply, _) = oneshot::channel();
+            let queued = Queued { request, reply };
+            in_flight.push_back(InFlight {
+                xid: xid::AUTH,
+                queued,
+                sent: Instant::now(),
+            });
         }
         for set in self.watches.set_again(self.last_zxid) {
             set.write_packet(xid::SET_WATCHES, "", &mut behind);
         }
         let waiting = mem::take(&mut self.waiting);
-        let chroot = &self.config.chroot;
-        write_queued(&mut self.xid, chroot, waiting, &mut behind, in_flight);
+        let written = Written {
+            xid: &mut self.xid,
+            chroot: &self.config.chroot,
+            credentials: &mut self.credentials,
+        };
+        written.queue(waiting, &mut behind, in_flight);
         behind
     }
 }

@@ -50,6 +50,8 @@ impl Queued {
 struct InFlight {
     xid: i32,
     queued: Queued,
+    /// When it was written (about: just before the write).
+    sent: Instant,
 }
 
 /// Why serving a connection stopped.
@@ -69,6 +71,9 @@ pub struct Driver {
     timeout: Duration,
     last_zxid: i64,
     xid: i32,
+    /// The credentials sent on every connection: the config's, then those
+    /// added to the session ([`crate::zk::burst::Burst::add_auth`]).
+    credentials: Vec<(String, Vec<u8>)>,
     watches: Watches,
     in_flight: VecDeque<InFlight>,
     /// Requests made while no connection was up, for the next one.
@@ -84,6 +89,7 @@ impl Driver {
         burst: Vec<Queued>,
     ) -> Driver {
         let timeout = config.session_timeout;
+        let credentials = config.auth.clone();
         Driver {
             config,
             commands,
@@ -93,6 +99,7 @@ impl Driver {
             timeout,
             last_zxid: 0,
             xid: 0,
+            credentials,
             watches: Watches::default(),
             in_flight: VecDeque::new(),
             waiting: burst,
@@ -131,15 +138,25 @@ impl Driver {
         let mut abandoned = false;
         let mut last_sent = Instant::now();
         let mut last_heard = Instant::now();
+        let mut ping_sent = None;
         loop {
             let ping_at = last_sent + third;
-            let dead_at = last_heard + third * 2;
+            // Silent for two thirds of the timeout, or a request (a ping
+            // included) unanswered for as long as a member may take to
+            // answer a handshake: the connection is gone.
+            let oldest = (self.in_flight.front().map(|f| f.sent))
+                .into_iter()
+                .chain(ping_sent)
+                .min();
+            let unanswered = oldest.map(|sent| sent + self.config.attempt_timeout);
+            let dead_at =
+                (last_heard + third * 2).min(unanswered.unwrap_or(Instant::now() + self.timeout));
             let mut out = Vec::new();
             tokio::select! {
                 packet = conn.packet() => {
                     let Ok(packet) = packet else { return End::Lost };
                     last_heard = Instant::now();
-                    if let Some(end) = self.answer(&packet) {
+                    if let Some(end) = self.answer(&packet, &mut ping_sent) {
                         return end;
                     }
                 }
@@ -164,6 +181,7 @@ impl Driver {
                         return End::Lost;
                     }
                     Request::Ping.write_packet(xid::PING, "", &mut out);
+                    ping_sent.get_or_insert_with(Instant::now);
                 }
             }
             if !out.is_empty() {
@@ -176,13 +194,17 @@ impl Driver {
     }
 
     fn write_requests(&mut self, batch: Vec<Queued>, out: &mut Vec<u8>) {
-        let chroot = &self.config.chroot;
-        write_queued(&mut self.xid, chroot, batch, out, &mut self.in_flight);
+        let written = Written {
+            xid: &mut self.xid,
+            chroot: &self.config.chroot,
+            credentials: &mut self.credentials,
+        };
+        written.queue(batch, out, &mut self.in_flight);
     }
 
     /// Handles one packet from the server; the end of the connection or the
     /// session when it says so.
-    fn answer(&mut self, packet: &[u8]) -> Option<End> {
+    fn answer(&mut self, packet: &[u8], ping_sent: &mut Option<Instant>) -> Option<End> {
         let mut r = Reader::new(packet);
         let Ok(header) = ReplyHeader::read(&mut r) else {
             return Some(End::Lost);
@@ -197,11 +219,33 @@ impl Driver {
                 self.watches.fire(event.event_type, &event.path, &path);
                 return None;
             }
-            xid::AUTH if header.err != 0 => return Some(End::Over(Error::AuthFailed)),
-            xid::PING | xid::AUTH | xid::SET_WATCHES => return None,
+            xid::AUTH => {
+                // Auth is answered as the server reads it, ahead of requests
+                // still in its pipeline: in order among auths only.
+                let Some(flight) = oldest(&mut self.in_flight, true) else {
+                    return Some(End::Lost);
+                };
+                let result = match header.err {
+                    0 => Ok(Response::Empty),
+                    err => Err(Error::from_i32(err)),
+                };
+                let refused = result.is_err();
+                let _ = flight.queued.reply.send(Answer {
+                    result,
+                    watch: None,
+                });
+                return refused.then_some(End::Over(Error::AuthFailed));
+            }
+            xid::PING => {
+                if let Some(sent) = ping_sent.take() {
+                    self.heard(sent);
+                }
+                return None;
+            }
+            xid::SET_WATCHES => return None,
             _ => {}
         }
-        let Some(flight) = self.in_flight.pop_front() else {
+        let Some(flight) = oldest(&mut self.in_flight, false) else {
             return Some(End::Lost);
         };
         if flight.xid != header.xid {
@@ -211,6 +255,7 @@ impl Driver {
         if header.zxid > 0 {
             self.last_zxid = header.zxid;
         }
+        self.heard(flight.sent);
         let request = &flight.queued.request;
         let result = match header.err {
             0 => match request.read_response(chroot, &mut r) {
@@ -230,6 +275,15 @@ impl Driver {
             Error::SessionExpired => Some(End::Over(Error::SessionExpired)),
             _ => None,
         }
+    }
+
+    /// A server answered a request sent at `sent`; no watcher of the link
+    /// is woken for that.
+    fn heard(&self, sent: Instant) {
+        self.link.send_if_modified(|link| {
+            link.heard = link.heard.max(sent);
+            false
+        });
     }
 
     /// The watch the server set with this answer: an exists finding the
@@ -286,18 +340,44 @@ impl Driver {
     }
 }
 
-/// Appends `batch` to `out`, each request with the next xid, and notes
-/// them as in flight, to be answered in that order.
-fn write_queued(
-    xid: &mut i32,
-    chroot: &str,
-    batch: Vec<Queued>,
-    out: &mut Vec<u8>,
-    in_flight: &mut VecDeque<InFlight>,
-) {
-    for queued in batch {
-        *xid += 1;
-        queued.request.write_packet(*xid, chroot, out);
-        in_flight.push_back(InFlight { xid: *xid, queued });
+/// The oldest request in flight that is an auth, or that is not.
+fn oldest(in_flight: &mut VecDeque<InFlight>, auth: bool) -> Option<InFlight> {
+    let at = (in_flight.iter()).position(|flight| (flight.xid == xid::AUTH) == auth)?;
+    in_flight.remove(at)
+}
+
+/// What writing requests on a connection takes from the driver.
+struct Written<'a> {
+    xid: &'a mut i32,
+    chroot: &'a str,
+    credentials: &'a mut Vec<(String, Vec<u8>)>,
+}
+
+impl Written<'_> {
+    /// Appends `batch` to `out`, each request with the next xid (an auth
+    /// with its own, its credentials kept for every later connection), and
+    /// notes them as in flight, to be answered in that order.
+    fn queue(self, batch: Vec<Queued>, out: &mut Vec<u8>, in_flight: &mut VecDeque<InFlight>) {
+        for queued in batch {
+            let this = match &queued.request {
+                Request::Auth { scheme, auth } => {
+                    let credential = (scheme.clone(), auth.clone());
+                    if !self.credentials.contains(&credential) {
+                        self.credentials.push(credential);
+                    }
+                    xid::AUTH
+                }
+                _ => {
+                    *self.xid += 1;
+                    *self.xid
+                }
+            };
+            queued.request.write_packet(this, self.chroot, out);
+            in_flight.push_back(InFlight {
+                xid: this,
+                queued,
+                sent: Instant::now(),
+            });
+        }
     }
 }

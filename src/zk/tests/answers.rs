@@ -125,6 +125,12 @@ fn answers_decode_as_kazoo_decodes_them() {
         watch: true,
     };
     assert_eq!(answer(exists, "", true), Response::Stat(STAT));
+    let set_acl = Request::SetAcl {
+        path: path("/q"),
+        acl: acls(),
+        version: -1,
+    };
+    assert_eq!(answer(set_acl, "", true), Response::Stat(STAT));
 }
 
 #[test]

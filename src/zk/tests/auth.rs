@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::script::{LONG, Member, Peer, Received, config, reaches, stat_bytes};
+use super::script::{
+    LONG, Member, Peer, Received, config, reaches, session_on_first_member, stat_bytes,
+};
 use crate::zk::burst::Burst;
 use crate::zk::client::{Client, ConnectError, State};
 use crate::zk::jute::{Reader, Writer};
@@ -85,6 +87,44 @@ async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_ses
     peer.reply(xid::AUTH, 0, -115, &[]).await;
     reaches(&client, State::AuthFailed).await;
     assert_eq!(synced.await, Err(Error::AuthFailed));
+}
+
+#[tokio::test]
+async fn credentials_added_to_a_live_session_are_answered_apart_and_sent_again() {
+    let (a, b) = (Member::bind().await, Member::bind().await);
+    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let synced = client.call(|b| b.sync("/q"));
+    let added = client.call(|b| b.add_auth("digest", b"u:p"));
+    let sync = peer.request().await;
+    let auth = peer.request().await;
+    assert_eq!((auth.xid, auth.opcode), (xid::AUTH, opcode::AUTH));
+    // The server answers an auth as it reads it, ahead of the sync.
+    peer.reply(xid::AUTH, 0, 0, &[]).await;
+    added.await.unwrap();
+    let mut w = Writer::default();
+    w.string("/app/q");
+    peer.reply(sync.xid, 0x11, 0, &w.bytes).await;
+    synced.await.unwrap();
+    drop(peer);
+    reaches(&client, State::Disconnected).await;
+
+    let mut peer = b.accept().await;
+    peer.connect_request().await;
+    let again = peer.request().await;
+    assert_eq!((again.xid, again.opcode), (xid::AUTH, opcode::AUTH));
+    let mut r = Reader::new(&again.body);
+    assert_eq!(r.int().unwrap(), 0);
+    assert_eq!(r.string().unwrap(), "digest");
+    assert_eq!(r.string().unwrap(), "u:p");
+    peer.accept_session(0x42, LONG).await;
+    reaches(&client, State::Connected).await;
+    // A refusal ends the session, and says so to whoever added them.
+    let refused = client.call(|b| b.add_auth("digest", b"v:q"));
+    peer.reply(xid::AUTH, 0, 0, &[]).await;
+    assert_eq!(peer.request().await.opcode, opcode::AUTH);
+    peer.reply(xid::AUTH, 0, -115, &[]).await;
+    assert_eq!(refused.await, Err(Error::AuthFailed));
+    reaches(&client, State::AuthFailed).await;
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod client;
+mod client_security;
 mod cmd;
 mod curator;
 mod ensemble;
@@ -25,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-pub use client::{ClientSasl, ClientSecurity, ClientTls, Inspector, Stat};
+pub use client::{Inspector, Stat, acl, open_acl};
+pub use client_security::{ClientSasl, ClientSecurity, ClientTls};
 pub use cmd::{
     CI_VARIABLES, Entry, EntryKind, KillOnDrop, LockLog, signal, unique_path, wait_for_exit,
     wait_for_file, zklock, zklock_run,

@@ -387,6 +387,17 @@ fn server_to_client(shared: &Shared, conn: &Conn) {
         let replies = frames.push(&buf[..n]);
         let cut = *conn.cut.lock().expect("cut lock");
         if let Some((xid, then, started)) = cut {
+            // The answers ahead of the cut request's (the handshake's, when
+            // the request rode in the session's first write) still reach the
+            // client: only the cut request's answer and what follows are lost.
+            let ahead = replies
+                .iter()
+                .take_while(|f| reply_xid(&f.body, f.first) != Some(xid));
+            for frame in ahead {
+                let mut bytes = (frame.body.len() as i32).to_be_bytes().to_vec();
+                bytes.extend_from_slice(&frame.body);
+                let _ = (&conn.client).write_all(&bytes);
+            }
             let answered = replies
                 .iter()
                 .any(|f| reply_xid(&f.body, f.first) == Some(xid));

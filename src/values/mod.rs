@@ -1,76 +1,11 @@
 //! Values parsed from the command line: durations, lock paths, host lists.
 //! Each parser gives the one-line reason a value is refused.
 
-use std::fmt;
+mod time;
+
 use std::str::FromStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A duration for people, to the millisecond: `2s 500ms`, never the
-/// nanoseconds humantime would print of a measured duration.
-pub fn human_ms(duration: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_millis(duration.as_millis() as u64))
-}
-
-/// A server timestamp (milliseconds since the epoch: a node's ctime or
-/// mtime, the run record's times) as a time, never before the epoch.
-pub fn server_time(millis: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(millis.max(0) as u64)
-}
-
-/// How finely [`rfc3339`] writes a time.
-#[derive(Debug, Clone, Copy)]
-pub enum Precision {
-    Seconds,
-    Millis,
-}
-
-/// A time as RFC 3339, UTC: `2026-11-22T10:00:00Z` or, to the millisecond,
-/// `2026-11-22T10:00:00.123Z`.
-pub fn rfc3339(time: SystemTime, precision: Precision) -> String {
-    match precision {
-        Precision::Seconds => humantime::format_rfc3339_seconds(time).to_string(),
-        Precision::Millis => humantime::format_rfc3339_millis(time).to_string(),
-    }
-}
-
-/// A duration given as humantime (`30s`, `1m 30s`, `250ms`) or as a bare,
-/// possibly fractional, number of seconds (as `flock -w` takes it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seconds(pub Duration);
-
-impl FromStr for Seconds {
-    type Err = String;
-
-    /// The errors leave humantime's own wording ("expected number at 0")
-    /// out: a user needs to know what to write instead.
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        const HOW: &str = "use a number with a unit, like 30s, 5m or 1h (a bare number is seconds)";
-        let text = text.trim();
-        if text.starts_with('-') {
-            return Err(format!("a duration cannot be negative; {HOW}"));
-        }
-        if text.starts_with(|c: char| c.is_ascii_digit() || c == '.')
-            && text.chars().all(|c| c.is_ascii_digit() || c == '.')
-        {
-            let seconds: f64 = text.parse().map_err(|_| format!("not a duration; {HOW}"))?;
-            return Duration::try_from_secs_f64(seconds)
-                .map(Seconds)
-                .map_err(|_| "too long a duration".to_owned());
-        }
-        humantime::parse_duration(text)
-            .map(Seconds)
-            .map_err(|err| match err {
-                humantime::DurationError::NumberOverflow => "too long a duration".to_owned(),
-                _ => format!("not a duration; {HOW}"),
-            })
-    }
-}
-
-impl fmt::Display for Seconds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_duration(self.0))
-    }
-}
+pub use time::{Precision, Seconds, human_duration, rfc3339, server_time};
 
 /// An absolute ZooKeeper path that may carry a lock: no empty, `.` or `..`
 /// component, no trailing slash, no control characters, not the root and not
@@ -168,7 +103,7 @@ fn is_forbidden_char(c: char) -> bool {
 /// A validated connect string: `host[:port][,host[:port]...][/chroot]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostList {
-    /// The string handed to the client library, ports filled in.
+    /// The connect string, ports filled in.
     connect_string: String,
     chroot: Option<String>,
 }
@@ -269,46 +204,6 @@ impl FromStr for Target {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn server_times() {
-        let t = server_time(1_795_341_600_123);
-        assert_eq!(rfc3339(t, Precision::Seconds), "2026-11-22T10:00:00Z");
-        assert_eq!(rfc3339(t, Precision::Millis), "2026-11-22T10:00:00.123Z");
-        assert_eq!(server_time(-5), UNIX_EPOCH);
-    }
-
-    #[test]
-    fn durations() {
-        let secs = |s: &str| s.parse::<Seconds>().map(|d| d.0);
-        assert_eq!(secs("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(secs("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(secs("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(secs("1m 30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(secs("10"), Ok(Duration::from_secs(10)));
-        assert_eq!(secs("0.5"), Ok(Duration::from_millis(500)));
-        assert_eq!(secs("0"), Ok(Duration::ZERO));
-        for bad in [
-            "",
-            "-1",
-            "abc",
-            "1.2.3",
-            "10 parsecs",
-            "1e999",
-            "nan",
-            "-5s",
-        ] {
-            let err = secs(bad).expect_err(bad);
-            assert!(
-                err.contains("like 30s, 5m or 1h") && !err.contains(" at "),
-                "{bad:?}: {err}"
-            );
-        }
-        assert_eq!(
-            secs("99999999999999999999999999999s"),
-            Err("too long a duration".to_owned())
-        );
-    }
 
     #[test]
     fn lock_paths() {
