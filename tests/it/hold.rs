@@ -67,6 +67,17 @@ impl Place {
         cmd
     }
 
+    /// A shell that holds the lock (bound to it) until it is killed; returns
+    /// once it holds.
+    pub fn held_by_a_shell(&self) -> KillOnDrop {
+        let shell = self.spawn(
+            r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
+            while true; do sleep 0.1; done"#,
+        );
+        assert!(wait_for_file(self.file("held"), LONG));
+        shell
+    }
+
     /// The script running, killed if the test ends first.
     pub fn spawn(&self, script: &str) -> KillOnDrop {
         KillOnDrop(self.bash(script).spawn().unwrap())
@@ -164,11 +175,7 @@ fn the_lock_ends_with_the_shell_however_it_exits() {
     place.assert_clean(&zk);
 
     let place = Place::new("hold-kill");
-    let mut shell = place.spawn(
-        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo held > "$OUT/held"
-                while true; do sleep 1; done"#,
-    );
-    assert!(wait_for_file(place.file("held"), LONG));
+    let mut shell = place.held_by_a_shell();
     assert!(!place.is_free(&zk));
     signal(shell.0.id() as i32, libc::SIGKILL);
     let _ = shell.0.wait();
@@ -326,11 +333,7 @@ fn a_run_nested_in_a_hold_runs_at_once_under_it() {
 fn not_acquired_prints_nothing_and_exits_as_run() {
     let place = Place::new("hold-busy");
     let zk = inspector(&place);
-    let mut holder = place.spawn(
-        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
-                while true; do sleep 0.1; done"#,
-    );
-    assert!(wait_for_file(place.file("held"), LONG));
+    let mut holder = place.held_by_a_shell();
     let out = place.run(r#""$ZKLOCK" hold -n -z "$ZK" "$P""#);
     out.assert_code(75);
     assert_eq!(out.stdout, "");

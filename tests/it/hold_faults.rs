@@ -157,11 +157,7 @@ fn waiting_hold(place: &Place, zk: &Inspector) -> KillOnDrop {
 fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
     let place = Place::new("hold-wait-signals");
     let zk = inspector(&place);
-    let mut holder = place.spawn(
-        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
-        while true; do sleep 0.1; done"#,
-    );
-    assert!(wait_for_file(place.file("held"), LONG));
+    let mut holder = place.held_by_a_shell();
     // The holder's node; a waiter makes 2.
     assert_eq!(zk.tree(&place.path).len(), 1);
     // Ctrl-C reaches `zklock hold`, which passes it on to its holder.

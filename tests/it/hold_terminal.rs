@@ -8,11 +8,7 @@ use crate::hold::{LONG, Place, inspector};
 fn the_wait_shows_at_the_terminal_and_ctrl_c_ends_it() {
     let place = Place::new("hold-terminal");
     let zk = inspector(&place);
-    let mut holder = place.spawn(
-        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo x > "$OUT/held"
-        while true; do sleep 0.1; done"#,
-    );
-    assert!(crate::harness::wait_for_file(place.file("held"), LONG));
+    let mut holder = place.held_by_a_shell();
     let mut pty = Pty::open();
     pty.set_size(24, 120);
     let mut waiter = pty
