@@ -73,19 +73,3 @@ pub struct ReleaseArgs {
     #[arg(value_name = "PATH")]
     pub path: Option<LockPath>,
 }
-
-pub const RELEASE_EXIT_HELP: &str = "\
-Exit status:
-  0   released (ZooKeeper confirmed our node deleted, or the session ends)
-  76  the lock had been lost before the release (the reason is printed)
-  64  usage error, or no such hold";
-
-pub const HOLD_EXIT_HELP: &str = "\
-Exit status:
-  0   held: the variables are printed, the holder keeps the lock
-  75  not acquired in time, or --once-per skipped (-E sets it)
-  64  usage error
-  69  cannot reach the ensemble within --connect-timeout
-  77  authentication failed or an ACL denies the lock
-  70  any other ZooKeeper or internal error
-  128+N  interrupted by signal N while waiting";

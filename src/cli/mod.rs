@@ -12,9 +12,7 @@ mod hold;
 pub mod reference;
 mod run;
 
-pub use hold::{
-    Format, HOLD_EXIT_HELP, HOLD_HELP, HoldArgs, OnLost, RELEASE_EXIT_HELP, ReleaseArgs,
-};
+pub use hold::{Format, HOLD_HELP, HoldArgs, OnLost, ReleaseArgs};
 pub use run::{ENVIRONMENT_HELP, RunArgs};
 
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
@@ -53,7 +51,7 @@ pub enum Command {
     ///   eval "$(zklock hold /locks/deploy)"; ./migrate.sh; zklock release
     ///   zklock hold --until-released --max-hold 1h --format github-env \
     ///       /locks/deploy >> "$GITHUB_ENV"
-    #[command(after_help = format!("{HOLD_HELP}\n\n{HOLD_EXIT_HELP}"), verbatim_doc_comment)]
+    #[command(after_help = format!("{HOLD_HELP}\n\n{}", help(exit::HOLD)), verbatim_doc_comment)]
     Hold(HoldArgs),
 
     /// Release a lock taken by `zklock hold`, and wait for ZooKeeper's answer.
@@ -64,7 +62,7 @@ pub enum Command {
     /// Examples:
     ///   zklock release
     ///   zklock release /locks/deploy
-    #[command(after_help = RELEASE_EXIT_HELP, verbatim_doc_comment)]
+    #[command(after_help = help(exit::RELEASE), verbatim_doc_comment)]
     Release(ReleaseArgs),
 
     /// Show who holds each lock and who waits, in queue order.
