@@ -16,7 +16,7 @@ use crate::exit::Failure;
 use crate::lock::holder::Seen;
 pub use crate::lock::nodes::{Creating, MissingChroot, Node, NodeSpec, paths};
 use crate::lock::nodes::{create_node, denied};
-use crate::lock::policy::{MaxWaiting, QueuePolicy, Step};
+use crate::lock::queue_policy::{MaxWaiting, QueuePolicy, Step};
 use crate::lock::recipe::{self, LockKind, Standing};
 use crate::lock::supersede::{Ours, Supersede};
 use crate::session::retrying;
@@ -200,7 +200,7 @@ pub async fn take_turn(
     Ok(Acquired::Held(node, own_watch))
 }
 
-/// The steps of the wait beside the recipe (policy.rs): `--supersede`, then
+/// The steps of the wait beside the recipe (queue_policy.rs): `--supersede`, then
 /// `--max-waiting` (which applies only to a run that waits).
 fn policies<'a>(
     request: &'a Request<'_>,

@@ -19,7 +19,7 @@ use zklock::zk::records::Error;
 
 use crate::lock::holder::{HolderData, Seen};
 use crate::lock::newest::{self, Trace};
-use crate::lock::policy::{QueuePolicy, Step};
+use crate::lock::queue_policy::{QueuePolicy, Step};
 use crate::lock::recipe::{self, Class, Contender, Standing};
 use crate::session::{is_connection_loss, retrying};
 
