@@ -107,6 +107,13 @@ fn each_providers_job_is_shown_by_status_and_by_a_run_that_gives_up() {
     for provider in PROVIDERS {
         let path = unique_path(&format!("ci-{}", provider.name));
         let mut holder = Holder::start(&mut run_in(provider, &connect, &path), &log);
+        // The acquisition write follows the command's start: until it lands
+        // the node says "queued", and the refusal below names no holder.
+        wait_until(LONG, "the holder's acquisition write", || {
+            zk.get_data(&holder.node()).is_some_and(|(data, _)| {
+                String::from_utf8_lossy(&data).contains("\"acquired\":true")
+            })
+        });
         let want = json!({"provider": provider.name, "url": provider.url});
 
         let doc = status_json(&connect, &path);
