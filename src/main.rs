@@ -13,19 +13,25 @@
 //                            people of a lock (holders, run records, the
 //                            JSON of `status` and `list`)
 //   lock, command            the lock recipe (a lock is taken in
-//                            lock::acquire); the command's processes
+//                            lock::acquire, which reports queue events to
+//                            its caller); the command's processes and
+//                            their environment
 //   session                  connection settings and the ZooKeeper session
 //   exit, report, values,    exit codes, messages, parsed values and times
 //   origin, zk               (the one duration format); this host, user and
 //                            CI job; ZooKeeper's protocol and one session (no
 //                            locks): the package's library (src/lib.rs), used
 //                            as `zklock::zk` here and by tests/ and bench/
+// The test in src/layers.rs holds this order (written there once more) and
+// fails on an import that points up or on a circle between modules:
+// `cargo test --bin zklock layers` (ARCHITECTURE.md, "Code map").
 mod break_lock;
 mod cli;
 mod command;
 mod exit;
 mod generate;
 mod hold;
+mod layers;
 mod list;
 mod lock;
 mod origin;

@@ -19,6 +19,18 @@ use rustix::process::Pid;
 
 use crate::command::signals;
 
+/// What the command does not inherit. sd_notify's: zklock alone speaks for
+/// the service, so a daemon that speaks sd_notify itself cannot say it is
+/// ready before zklock holds the lock (nor feed the watchdog while zklock
+/// cannot). `ZKLOCK_PING`: the URL is a credential, and a zklock run by the
+/// command would ping the same check.
+pub const WITHHELD: [&str; 4] = [
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "ZKLOCK_PING",
+];
+
 /// Starts `argv` (not empty) with `env` added to our environment
 /// (overriding) and systemd's notification variables removed (see
 /// `run::notify`), in process group `pgid` (0: a new group), given the
@@ -37,10 +49,7 @@ pub fn launch(
     command
         .envs(env.iter().map(|(key, value)| (key, value)))
         .process_group(pgid);
-    for withheld in crate::run::notify::WITHHELD
-        .iter()
-        .chain(&crate::run::ping::WITHHELD)
-    {
+    for withheld in WITHHELD {
         command.env_remove(withheld);
     }
     // SAFETY: `in_child` makes only async-signal-safe system calls on

@@ -4,14 +4,15 @@
 //! after a loss answers `zklock release` with why.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::pin::pin;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::time::{Instant, sleep_until};
 
+use super::bound::{Binding, dev_null};
 use super::control::{Control, Released, Request};
-use super::holder::{Binding, hand_over};
 use crate::cli::{OnLost, RunArgs};
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
@@ -231,4 +232,24 @@ async fn linger(
             },
         }
     }
+}
+
+/// Gives the variables to the waiting `zklock hold` (one JSON line on our
+/// stdout), then leaves its stdout and stderr: nothing of ours reaches the
+/// caller's terminal or pipes after it returned.
+fn hand_over(vars: &[(String, String)]) -> Result<()> {
+    // Before the caller can exit: its end must not end us now.
+    rustix::process::set_parent_process_death_signal(None)
+        .context("clearing the parent-death signal")?;
+    let line = format!("{}\n", serde_json::json!(vars));
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(line.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("handing the hold over to `zklock hold`")?;
+    drop(stdout);
+    let null = dev_null()?;
+    rustix::stdio::dup2_stdout(&null)?;
+    rustix::stdio::dup2_stderr(&null)?;
+    Ok(())
 }

@@ -3,6 +3,7 @@
 //! own (`holder.rs`), reached through a per-user control socket
 //! (`control.rs`); the variables printed for the shell (`format.rs`).
 
+mod bound;
 mod control;
 mod format;
 pub mod holder;

@@ -8,6 +8,7 @@ pub mod lease;
 pub mod newest;
 pub mod nodes;
 pub mod queue;
+pub mod queue_policy;
 pub mod recipe;
 pub mod record;
 pub mod semaphore;
@@ -15,7 +16,7 @@ pub mod supersede;
 
 use anyhow::Result;
 
-use self::queue::{Acquired, Node, Observer, Request, take_turn};
+use self::queue::{Acquired, Node, QueueEvents, Request, take_turn};
 use self::recipe::{LOCK, LockKind, READ, WRITE};
 
 /// Takes the lock at `request.dir`. Every node created is pushed to `owned`
@@ -24,15 +25,15 @@ use self::recipe::{LOCK, LockKind, READ, WRITE};
 pub async fn acquire(
     request: &Request<'_>,
     owned: &mut Vec<Node>,
-    observer: &mut dyn Observer,
+    events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let Some(marker) = marker(request.kind) else {
         let LockKind::Semaphore(limit) = request.kind else {
             unreachable!("every other kind has a marker")
         };
-        return semaphore::acquire_permit(request, limit, owned, observer).await;
+        return semaphore::acquire_permit(request, limit, owned, events).await;
     };
-    take_turn(request, request.dir, marker, owned, observer).await
+    take_turn(request, request.dir, marker, owned, events).await
 }
 
 /// The marker in the names of a lock's contenders of `kind`; None for a

@@ -2,7 +2,7 @@
 //! a node and waits until nothing that excludes it precedes it, over the
 //! pure helpers of `recipe.rs`; for exclusive, read and write locks and for
 //! a semaphore's gate (`semaphore.rs`). Also the vocabulary of a wait
-//! (request, outcome, observer) and the watches it leaves for the lease.
+//! (request, outcome, events) and the watches it leaves for the lease.
 
 use std::cell::Cell;
 
@@ -16,22 +16,29 @@ use crate::exit::Failure;
 use crate::lock::holder::Seen;
 pub use crate::lock::nodes::{Creating, MissingChroot, Node, NodeSpec, paths};
 use crate::lock::nodes::{create_node, denied};
+use crate::lock::queue_policy::{MaxWaiting, QueuePolicy, Step};
 use crate::lock::recipe::{self, LockKind, Standing};
-use crate::lock::supersede::{self, Ours, Queueing};
+use crate::lock::supersede::{Ours, Supersede};
 use crate::session::retrying;
 
-/// Progress of a wait, for reporting.
-pub trait Observer {
-    fn queued(&mut self, node: &Node);
-    /// `ahead` contenders precede us; `first` (a full path) holds the lock or
-    /// is next. `first_data` is its node as read when [`Observer::wants_data`].
-    fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>);
-    /// Whether reading the first node's data (one more round trip, each time
-    /// it changes, and a listing when the node ahead of us takes the lock)
-    /// is worth it.
-    fn wants_data(&self) -> bool;
-    /// A semaphore's permits are all taken by `holders` leases.
-    fn pool_full(&mut self, holders: usize);
+/// What happens in a wait, as it happens: the caller shows it (run/wait/).
+pub enum QueueEvent<'a> {
+    /// Our node was created.
+    Queued(&'a Node),
+    /// `ahead` contenders precede us; `first` (a full path) holds the lock
+    /// or is next.
+    Waiting { ahead: usize, first: &'a str },
+    /// The node ahead of us (a full path) wrote its data: it holds the lock
+    /// now, and its command runs (holder.rs).
+    AheadHolds(&'a str),
+    /// A semaphore's permits are all taken by this many leases.
+    PoolFull(usize),
+}
+
+/// Hears a wait's [`QueueEvent`]s. The loop awaits each, so a listener may
+/// read what it shows (a holder's node) before the wait goes on.
+pub trait QueueEvents {
+    async fn event(&mut self, event: QueueEvent<'_>);
 }
 
 /// A data watch on one of our nodes: resolves with the first event on it
@@ -87,77 +94,50 @@ pub async fn take_turn(
     dir: &str,
     marker: &str,
     owned: &mut Vec<Node>,
-    observer: &mut dyn Observer,
+    events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let client = request.client;
-    let (node, mut listed) = enqueue(request, dir, marker, owned, observer).await?;
+    let (node, mut listed) = enqueue(request, dir, marker, owned, events).await?;
     let me = node.name().to_owned();
-    let mut reported_first = String::new();
-    let mut max_waiting = request.max_waiting.filter(|_| request.wait);
+    let mut policy = policies(request, dir, &me, node.czxid);
     let mut own_watch = None;
-    // Only when we queue: later waiters queue behind us and remove us.
-    let mut supersede = request.supersede;
-    let ours = Ours {
-        client,
-        dir,
-        me: &me,
-        age: request.first_queued.unwrap_or(node.czxid),
-        data: request.data,
-        acls: request.acls,
-    };
     'queue: loop {
         let children = match listed.take() {
             Some(children) => children,
-            None => {
-                retrying(|| client.call(|b| b.get_children(dir, false)))
-                    .await
-                    .map_err(|err| denied(err, dir, "READ"))
-                    .context("listing the lock's queue")?
-                    .children
-            }
+            None => list(client, dir).await?,
         };
         if dir == request.dir && recipe::looks_like_semaphore(&children) {
             refuse_as_lock(client, dir).await?;
         }
-        if std::mem::take(&mut supersede) {
-            match supersede::queueing(&ours, &children, request.wait).await {
-                Queueing::Kept => {}
-                Queueing::Removed => continue 'queue,
-                Queueing::Superseded(by) => return Ok(Acquired::Superseded(by)),
-            }
+        match policy.on_listing(&children, &me).await {
+            Step::Stay => {}
+            Step::Relist => continue 'queue,
+            end => return Ok(ended(end)),
         }
-        // Only as we join: a run already in the queue stays in it.
-        if let Some(limit) = max_waiting.take()
-            && let Some(waiting) = queue_full(limit, &children, &me)
-        {
-            return Ok(Acquired::QueueFull(waiting));
-        }
-        let (predecessor, ahead, first) = match recipe::standing(&children, &me) {
+        let (predecessor, ahead) = match recipe::standing(&children, &me) {
             Standing::Held => break,
             Standing::Missing => {
-                return Ok(lost(request, &ours, Some(&children)).await);
+                let end = policy.on_vanished(Some(&children)).await;
+                return Ok(end.map_or(Acquired::Lost, ended));
             }
             Standing::Waiting {
                 predecessor,
                 ahead,
                 first,
-            } => (
-                recipe::child(dir, predecessor),
-                ahead,
-                recipe::child(dir, first),
-            ),
+            } => {
+                let first = recipe::child(dir, first);
+                events
+                    .event(QueueEvent::Waiting {
+                        ahead,
+                        first: &first,
+                    })
+                    .await;
+                (recipe::child(dir, predecessor), ahead)
+            }
         };
         // Not kept while we wait, which may be for hours: with 2,000 waiters
         // the listing is 2,000 names.
         drop(children);
-        let first_data = match observer.wants_data() && first != reported_first {
-            true => (client.call(|b| b.get_data(&first, false)).await)
-                .ok()
-                .map(|found| Seen::from((found.data, found.stat))),
-            false => None,
-        };
-        observer.waiting(ahead, &first, first_data.as_ref());
-        reported_first = first;
         if !request.wait {
             return Ok(Acquired::Busy);
         }
@@ -170,7 +150,8 @@ pub async fn take_turn(
                 watch_own(client, &node.path, own_watch.take()),
             );
             let Some(mut own_watch_now) = own_watch_now? else {
-                return Ok(lost(request, &ours, None).await);
+                let end = policy.on_vanished(None).await;
+                return Ok(end.map_or(Acquired::Lost, ended));
             };
             let event = match ahead_watch {
                 Err(Error::NoNode) => None,
@@ -194,16 +175,15 @@ pub async fn take_turn(
                 continue 'queue;
             }
             own_watch = Some(own_watch_now);
-            // A holder writes its node once its command runs (holder.rs):
-            // the node is still there, so watch it again without listing.
             if event != Some(EventType::NodeDataChanged) {
                 break matches!(event, None | Some(EventType::NodeDeleted));
             }
-            // That write means the node ahead now holds the lock: everything
-            // before it is gone. To report who holds it, list again and read
-            // the new first node once (the holder writes once per hold).
-            if observer.wants_data() {
-                reported_first.clear();
+            // A holder writes its node once its command runs (holder.rs):
+            // the node ahead holds the lock now, so everything before it is
+            // gone. With one ahead, watch it again without listing; with
+            // more, list again, so that `ahead` is true when it goes.
+            events.event(QueueEvent::AheadHolds(&predecessor)).await;
+            if ahead > 1 {
                 continue 'queue;
             }
         };
@@ -212,27 +192,56 @@ pub async fn take_turn(
         // the last listing is gone, nothing is ahead and the lock is ours,
         // one round trip sooner than listing again. With more ahead, the one
         // we watched may have given up; on a session event we know nothing
-        // new: list again. A --supersede run lists anyway: after a
-        // reconnection, the event for our own node (removed by a newer run)
-        // may come after the answer that the node ahead is gone, and a
-        // stale run must not start its command at all.
-        if gone && ahead == 1 && !request.supersede {
+        // new: list again (and always, for a policy that asks to).
+        if gone && ahead == 1 && !policy.lists_before_holding() {
             break;
         }
     }
     Ok(Acquired::Held(node, own_watch))
 }
 
-/// Our node vanished while we waited: the session (or the node) is lost,
-/// unless a `--supersede` run knows a newer one (supersede.rs).
-async fn lost(request: &Request<'_>, ours: &Ours<'_>, children: Option<&[String]>) -> Acquired {
-    if !request.supersede {
-        return Acquired::Lost;
+/// The steps of the wait beside the recipe (queue_policy.rs): `--supersede`, then
+/// `--max-waiting` (which applies only to a run that waits).
+fn policies<'a>(
+    request: &'a Request<'_>,
+    dir: &'a str,
+    me: &'a str,
+    czxid: i64,
+) -> impl QueuePolicy + 'a {
+    let supersede = request.supersede.then(|| Supersede {
+        ours: Ours {
+            client: request.client,
+            dir,
+            me,
+            age: request.first_queued.unwrap_or(czxid),
+            data: request.data,
+            acls: request.acls,
+        },
+        wait: request.wait,
+        joining: true,
+    });
+    (
+        supersede,
+        MaxWaiting(request.max_waiting.filter(|_| request.wait)),
+    )
+}
+
+/// How a wait ends on a policy's step.
+fn ended(step: Step) -> Acquired {
+    match step {
+        Step::QueueFull(waiting) => Acquired::QueueFull(waiting),
+        Step::Superseded(by) => Acquired::Superseded(by),
+        Step::Stay | Step::Relist => unreachable!("not an end"),
     }
-    match supersede::lost(ours, children).await {
-        Some(by) => Acquired::Superseded(Some(by)),
-        None => Acquired::Lost,
-    }
+}
+
+/// A listing of the queue in `dir`.
+async fn list(client: &Client, dir: &str) -> Result<Vec<String>> {
+    let listed = retrying(|| client.call(|b| b.get_children(dir, false)))
+        .await
+        .map_err(|err| denied(err, dir, "READ"))
+        .context("listing the lock's queue")?;
+    Ok(listed.children)
 }
 
 /// Creates our `marker` node in `dir` and owns it at once (see
@@ -243,7 +252,7 @@ pub async fn enqueue(
     dir: &str,
     marker: &str,
     owned: &mut Vec<Node>,
-    observer: &mut dyn Observer,
+    events: &mut impl QueueEvents,
 ) -> Result<(Node, Option<Vec<String>>)> {
     let spec = NodeSpec {
         dir,
@@ -254,19 +263,9 @@ pub async fn enqueue(
     };
     let first = request.first.take().filter(|_| dir == request.dir);
     let (node, children) = create_node(request.client, spec, first).await?;
-    observer.queued(&node);
+    events.event(QueueEvent::Queued(&node)).await;
     owned.push(node.clone());
     Ok((node, children))
-}
-
-/// With `--max-waiting limit`, on the first listing after we queued: how
-/// many runs wait ahead of us, if that is `limit` or more and we would wait
-/// (a free lock is taken, even with 0). Our node exists at that listing, so
-/// every node counted really is ahead of us.
-fn queue_full(limit: u32, children: &[String], me: &str) -> Option<usize> {
-    let waiting = recipe::waiting_ahead(children, me);
-    let would_wait = matches!(recipe::standing(children, me), Standing::Waiting { .. });
-    (would_wait && waiting >= limit as usize).then_some(waiting)
 }
 
 /// `existing`, or a new data watch on our node at `path`; None if the node

@@ -8,7 +8,7 @@ use crate::exit::Failure;
 use crate::lock::nodes::{
     MissingChroot, Node, NodeSpec, create_ancestors, create_dir, create_node, denied, parent,
 };
-use crate::lock::queue::{Acquired, Observer, Request, enqueue, take_turn};
+use crate::lock::queue::{Acquired, QueueEvent, QueueEvents, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
 
@@ -19,15 +19,15 @@ pub async fn acquire_permit(
     request: &Request<'_>,
     limit: u32,
     owned: &mut Vec<Node>,
-    observer: &mut dyn Observer,
+    events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let client = request.client;
     let gate_dir = recipe::child(request.dir, SEMAPHORE_GATE);
     claim_semaphore(client, request.dir, limit, request.acls).await?;
     let leases = recipe::child(request.dir, SEMAPHORE_LEASES);
     let taken = match request.wait {
-        true => take_turn(request, &gate_dir, LOCK, owned, observer).await?,
-        false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, observer).await?,
+        true => take_turn(request, &gate_dir, LOCK, owned, events).await?,
+        false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, events).await?,
     };
     let gate = match taken {
         Acquired::Held(gate, _) => gate,
@@ -59,7 +59,7 @@ pub async fn acquire_permit(
         let Some(watcher) = watcher else {
             return Ok(Acquired::Busy);
         };
-        observer.pool_full(children.len() - 1);
+        events.event(QueueEvent::PoolFull(children.len() - 1)).await;
         watcher.await.context("waiting for a permit")?;
     }
     match retrying(|| client.call(|b| b.delete(&gate.path, -1))).await {
@@ -90,10 +90,10 @@ async fn gate_without_waiting(
     leases: &str,
     limit: u32,
     owned: &mut Vec<Node>,
-    observer: &mut dyn Observer,
+    events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let client = request.client;
-    let (gate, mut listed) = enqueue(request, gate_dir, LOCK, owned, observer).await?;
+    let (gate, mut listed) = enqueue(request, gate_dir, LOCK, owned, events).await?;
     loop {
         let queue = match listed.take() {
             Some(queue) => queue,

@@ -19,6 +19,7 @@ use zklock::zk::records::Error;
 
 use crate::lock::holder::{HolderData, Seen};
 use crate::lock::newest::{self, Trace};
+use crate::lock::queue_policy::{QueuePolicy, Step};
 use crate::lock::recipe::{self, Class, Contender, Standing};
 use crate::session::{is_connection_loss, retrying};
 
@@ -45,6 +46,41 @@ pub enum Queueing {
     /// A newer run is known: its node or record as read (None: unread),
     /// for people.
     Superseded(Option<Seen>),
+}
+
+/// `--supersede` as a step of the wait: on the first listing after we
+/// queue, [`queueing`]; when our node vanishes, [`lost`].
+pub struct Supersede<'a> {
+    pub ours: Ours<'a>,
+    /// Whether the run waits (`--no-wait` only supersedes as it holds).
+    pub wait: bool,
+    /// Not yet looked as we queued: later waiters queue behind us and
+    /// remove us.
+    pub joining: bool,
+}
+
+impl QueuePolicy for Supersede<'_> {
+    async fn on_listing(&mut self, children: &[String], _: &str) -> Step {
+        if !std::mem::take(&mut self.joining) {
+            return Step::Stay;
+        }
+        match queueing(&self.ours, children, self.wait).await {
+            Queueing::Kept => Step::Stay,
+            Queueing::Removed => Step::Relist,
+            Queueing::Superseded(by) => Step::Superseded(by),
+        }
+    }
+
+    async fn on_vanished(&mut self, children: Option<&[String]>) -> Option<Step> {
+        let by = lost(&self.ours, children).await?;
+        Some(Step::Superseded(Some(by)))
+    }
+
+    /// After a reconnection, the event for our own node (removed by a
+    /// newer run) may come after the answer that the node ahead is gone.
+    fn lists_before_holding(&self) -> bool {
+        true
+    }
 }
 
 /// Right after our node was created (`children` is a listing of its

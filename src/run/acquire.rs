@@ -54,7 +54,7 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
-        let mut observer = WaitReport::new(report, Rc::clone(&display));
+        let mut observer = WaitReport::new(report, Rc::clone(&display), session.client().clone());
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
         let taking = take_in_order(

@@ -15,11 +15,6 @@ use std::time::Duration;
 
 use sd_notify::NotifyState;
 
-/// What the command does not inherit: zklock alone speaks for the service,
-/// so a daemon that speaks sd_notify itself cannot say it is ready before
-/// zklock holds the lock (nor feed the watchdog while zklock cannot).
-pub const WITHHELD: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
-
 /// Read once: the environment does not change while zklock runs.
 static SOCKET: LazyLock<Option<SocketAddr>> =
     LazyLock::new(|| address(&std::env::var_os("NOTIFY_SOCKET")?));

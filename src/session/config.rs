@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::session::options::Options;
-use crate::session::secret;
-
-/// The environment variable of `--config`.
-pub const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
+use crate::session::secret::{self, PASSWORD_ENV, Secret};
+use crate::values::Target;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -114,6 +112,95 @@ pub fn load(flag: Option<&Path>) -> Result<Option<Loaded>, String> {
         .map_err(|err| format!("cannot read the config file {}: {err}", path.display()))?;
     let file = parse(&path, &text)?;
     Ok(Some(Loaded { path, file }))
+}
+
+/// The variable `--zookeeper` falls back to.
+const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
+
+impl Options {
+    /// These options over the variables clap does not read (`ZKLOCK_ZOOKEEPER`,
+    /// so that a bad value is named as the variable, and `ZKLOCK_PASSWORD`,
+    /// which has no flag), over the ensemble of the config file `loaded`
+    /// that `-z @NAME` (or the file's `default`) names; hosts given
+    /// directly take nothing from the file.
+    pub fn merged(
+        &self,
+        loaded: Option<&Loaded>,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<Options, String> {
+        if let Some(loaded) = loaded {
+            loaded.check_passwords()?;
+        }
+        // An empty variable is unset, as for the shell's own variables.
+        let variable = |name: &str| {
+            let value = env(name).filter(|value| !value.is_empty());
+            (value.map(OsString::into_string).transpose())
+                .map_err(|_| format!("{name} is not valid UTF-8"))
+        };
+        let parse = |value: String| {
+            (value.parse::<Target>())
+                .map_err(|e| format!("invalid value '{value}' in {HOSTS_VARIABLE}: {e}"))
+        };
+        let from_env = variable(HOSTS_VARIABLE)?.map(parse).transpose()?;
+        let default = || Some(Target::Named(loaded?.file.default.clone()?));
+        let file = match self.hosts.clone().or(from_env).or_else(default) {
+            None => Options::default(),
+            Some(Target::Named(name)) => match loaded {
+                Some(loaded) => loaded.ensemble(&name)?,
+                None => {
+                    return Err(format!(
+                        "-z @{name} names an ensemble of the config file, but there is none \
+                         (looked for --config, $ZKLOCK_CONFIG, $XDG_CONFIG_HOME/zklock/config.toml \
+                         or ~/.config/zklock/config.toml, /etc/zklock/config.toml)"
+                    ));
+                }
+            },
+            hosts => Options {
+                hosts,
+                ..Options::default()
+            },
+        };
+        let ours = Options {
+            hosts: None,
+            password: variable(PASSWORD_ENV)?.map(Secret::new),
+            ..self.clone()
+        };
+        Ok(ours.or(file))
+    }
+
+    /// Ours where given, else `file`'s, field by field. An empty name
+    /// (`ZKLOCK_SASL_USER=` in a script) is unset, as for the shell's own
+    /// variables. The password comes whole from one side, a file before a
+    /// value: `--password-file`, then `ZKLOCK_PASSWORD`, then the file's.
+    fn or(self, file: Options) -> Options {
+        let named = |ours: Option<String>, theirs: Option<String>| {
+            let nonempty = |name: &String| !name.is_empty();
+            ours.filter(nonempty).or(theirs.filter(nonempty))
+        };
+        let (password_file, password) = match (self.password_file, self.password) {
+            (None, None) => (file.password_file, file.password),
+            ours => ours,
+        };
+        Options {
+            hosts: self.hosts.or(file.hosts),
+            session_timeout: self.session_timeout.or(file.session_timeout),
+            connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            config: self.config,
+            tls_ca: self.tls_ca.or(file.tls_ca),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            sasl_user: named(self.sasl_user, file.sasl_user),
+            digest_user: named(self.digest_user, file.digest_user),
+            password_file,
+            password,
+            kerberos: self.kerberos.or(file.kerberos),
+            kerberos_service: named(self.kerberos_service, file.kerberos_service),
+            kerberos_host: named(self.kerberos_host, file.kerberos_host),
+            acl: Some(self.acl)
+                .filter(|acl| !acl.is_empty())
+                .unwrap_or(file.acl),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! ensemble of the config file (its keys are the flags' names), merged field
 //! by field ([`Options::or`]) and resolved into [`Settings`].
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -12,12 +11,12 @@ use clap::builder::BoolishValueParser;
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _};
 
-use crate::exit::Failure;
-use crate::session::Settings;
 use crate::session::acl::AclPolicy;
-use crate::session::config::{self, CONFIG_ENV, Loaded};
-use crate::session::secret::{PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
+use crate::session::secret::{PASSWORD_FILE_ENV, Secret};
 use crate::values::{HostList, Seconds, Target};
+
+/// The environment variable of `--config`.
+pub const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
 
 #[derive(Debug, Clone, Default, Args, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -169,103 +168,6 @@ pub struct Options {
     )]
     #[serde(default, deserialize_with = "acl")]
     pub acl: Vec<String>,
-}
-
-/// The variable `--zookeeper` falls back to.
-const HOSTS_VARIABLE: &str = "ZKLOCK_ZOOKEEPER";
-
-impl Options {
-    /// The connection settings: these flags over `ZKLOCK_*`, over the config
-    /// file, over the defaults; a bad setting is a usage error.
-    pub fn settings(&self) -> anyhow::Result<Settings> {
-        let loaded = config::load(self.config.as_deref()).map_err(Failure::usage)?;
-        let env = |name: &str| std::env::var_os(name);
-        Settings::resolve(self, loaded.as_ref(), &env).map_err(Failure::usage)
-    }
-
-    /// These options over the variables clap does not read (`ZKLOCK_ZOOKEEPER`,
-    /// so that a bad value is named as the variable, and `ZKLOCK_PASSWORD`,
-    /// which has no flag), over the ensemble of the config file `loaded`
-    /// that `-z @NAME` (or the file's `default`) names; hosts given
-    /// directly take nothing from the file.
-    pub fn merged(
-        &self,
-        loaded: Option<&Loaded>,
-        env: &dyn Fn(&str) -> Option<OsString>,
-    ) -> Result<Options, String> {
-        if let Some(loaded) = loaded {
-            loaded.check_passwords()?;
-        }
-        // An empty variable is unset, as for the shell's own variables.
-        let variable = |name: &str| {
-            let value = env(name).filter(|value| !value.is_empty());
-            (value.map(OsString::into_string).transpose())
-                .map_err(|_| format!("{name} is not valid UTF-8"))
-        };
-        let parse = |value: String| {
-            (value.parse::<Target>())
-                .map_err(|e| format!("invalid value '{value}' in {HOSTS_VARIABLE}: {e}"))
-        };
-        let from_env = variable(HOSTS_VARIABLE)?.map(parse).transpose()?;
-        let default = || Some(Target::Named(loaded?.file.default.clone()?));
-        let file = match self.hosts.clone().or(from_env).or_else(default) {
-            None => Options::default(),
-            Some(Target::Named(name)) => match loaded {
-                Some(loaded) => loaded.ensemble(&name)?,
-                None => {
-                    return Err(format!(
-                        "-z @{name} names an ensemble of the config file, but there is none \
-                         (looked for --config, $ZKLOCK_CONFIG, $XDG_CONFIG_HOME/zklock/config.toml \
-                         or ~/.config/zklock/config.toml, /etc/zklock/config.toml)"
-                    ));
-                }
-            },
-            hosts => Options {
-                hosts,
-                ..Options::default()
-            },
-        };
-        let ours = Options {
-            hosts: None,
-            password: variable(PASSWORD_ENV)?.map(Secret::new),
-            ..self.clone()
-        };
-        Ok(ours.or(file))
-    }
-
-    /// Ours where given, else `file`'s, field by field. An empty name
-    /// (`ZKLOCK_SASL_USER=` in a script) is unset, as for the shell's own
-    /// variables. The password comes whole from one side, a file before a
-    /// value: `--password-file`, then `ZKLOCK_PASSWORD`, then the file's.
-    fn or(self, file: Options) -> Options {
-        let named = |ours: Option<String>, theirs: Option<String>| {
-            let nonempty = |name: &String| !name.is_empty();
-            ours.filter(nonempty).or(theirs.filter(nonempty))
-        };
-        let (password_file, password) = match (self.password_file, self.password) {
-            (None, None) => (file.password_file, file.password),
-            ours => ours,
-        };
-        Options {
-            hosts: self.hosts.or(file.hosts),
-            session_timeout: self.session_timeout.or(file.session_timeout),
-            connect_timeout: self.connect_timeout.or(file.connect_timeout),
-            config: self.config,
-            tls_ca: self.tls_ca.or(file.tls_ca),
-            tls_cert: self.tls_cert.or(file.tls_cert),
-            tls_key: self.tls_key.or(file.tls_key),
-            sasl_user: named(self.sasl_user, file.sasl_user),
-            digest_user: named(self.digest_user, file.digest_user),
-            password_file,
-            password,
-            kerberos: self.kerberos.or(file.kerberos),
-            kerberos_service: named(self.kerberos_service, file.kerberos_service),
-            kerberos_host: named(self.kerberos_host, file.kerberos_host),
-            acl: Some(self.acl)
-                .filter(|acl| !acl.is_empty())
-                .unwrap_or(file.acl),
-        }
-    }
 }
 
 // A config file's values are parsed as the flags' are, when it is read:

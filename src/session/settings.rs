@@ -15,10 +15,10 @@ use zklock::zk::sasl::digest_md5::DigestMd5;
 
 use crate::exit::Failure;
 use crate::session::acl::AclPolicy;
-use crate::session::config::{CONFIG_ENV, Loaded};
+use crate::session::config::{self, Loaded};
 #[cfg(feature = "kerberos")]
 use crate::session::host_name;
-use crate::session::options::Options;
+use crate::session::options::{CONFIG_ENV, Options};
 use crate::session::secret::{self, PASSWORD_ENV, PASSWORD_FILE_ENV, Secret};
 use crate::session::tls::{self, Tls};
 use crate::session::{connection_timeout_for, servers};
@@ -268,6 +268,16 @@ impl Settings {
     }
 }
 
+impl Options {
+    /// The connection settings: these flags over `ZKLOCK_*`, over the config
+    /// file, over the defaults; a bad setting is a usage error.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let loaded = config::load(self.config.as_deref()).map_err(Failure::usage)?;
+        let env = |name: &str| std::env::var_os(name);
+        Settings::resolve(self, loaded.as_ref(), &env).map_err(Failure::usage)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,7 +308,7 @@ mod tests {
         let path = dir.join("config.toml");
         std::fs::write(&path, text).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-        let file = crate::session::config::parse(&path, text).unwrap();
+        let file = config::parse(&path, text).unwrap();
         Loaded { path, file }
     }
 

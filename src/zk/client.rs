@@ -14,7 +14,6 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -23,89 +22,9 @@ use crate::zk::answers::ReadResult;
 use crate::zk::burst::{Burst, Children, Data, Pending};
 use crate::zk::ops::ReadOp;
 use crate::zk::records::Error;
-use crate::zk::sasl::SaslMechanism;
 use crate::zk::session::{Answer, Driver, Queued};
 
-/// Makes the SASL mechanism for each new connection.
-pub type SaslFactory = Arc<dyn Fn() -> anyhow::Result<Box<dyn SaslMechanism + Send>> + Send + Sync>;
-
-/// How to reach the ensemble and what to open there.
-#[derive(Clone)]
-pub struct Config {
-    /// The members, `name:port` each, tried in turn.
-    pub hosts: Vec<String>,
-    /// The chroot ("" for none): every path given and answered is below it.
-    pub chroot: String,
-    /// The session timeout asked for (the ensemble may grant another).
-    pub session_timeout: Duration,
-    /// How long [`Client::connect`] may take.
-    pub connect_timeout: Duration,
-    /// How long one member may take to connect and answer the handshake.
-    pub attempt_timeout: Duration,
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// Credentials (scheme, auth) sent on every connection, e.g. `digest`,
-    /// `user:password`.
-    pub auth: Vec<(String, Vec<u8>)>,
-    pub sasl: Option<SaslFactory>,
-}
-
-/// The session's state, as this client knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// A server has answered on the current connection.
-    Connected,
-    /// The connection was lost; the session may live on (reconnecting).
-    Disconnected,
-    /// A server said the session has expired.
-    Expired,
-    /// A server refused the credentials, and ended the session.
-    AuthFailed,
-    /// The server answered closeSession (sent by [`Burst::close`], or by
-    /// the session itself once every handle to it is gone).
-    Closed,
-}
-
-impl State {
-    pub fn is_over(self) -> bool {
-        matches!(self, State::Expired | State::AuthFailed | State::Closed)
-    }
-}
-
-/// The link's state and history, watched by the lease: `losses` counts the
-/// connections lost, so that a loss is seen even after the next connect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Link {
-    pub state: State,
-    pub losses: u64,
-    /// The session timeout the ensemble granted.
-    pub session_timeout: Duration,
-    /// When the latest request a server answered was sent (a handshake
-    /// resuming the session, a ping, any request): the server heard from
-    /// the session then or later, so its timeout runs from no earlier
-    /// (docs/design.md, "Session and lease rules"). Updated without
-    /// waking the link's watchers.
-    pub heard: Instant,
-}
-
-/// Why [`Client::connect`] opened no session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConnectError {
-    /// No member answered the handshake in time; the last problem seen.
-    Unreachable(String),
-    /// SASL failed: the server refused, or the mechanism did.
-    AuthFailed(String),
-}
-
-impl std::fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ConnectError::Unreachable(why) => write!(f, "no ZooKeeper server answered ({why})"),
-            ConnectError::AuthFailed(why) => write!(f, "SASL authentication failed: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ConnectError {}
+pub use crate::zk::link::{Config, ConnectError, Link, SaslFactory, State};
 
 /// A session. Clones share it.
 #[derive(Clone)]

@@ -8,6 +8,7 @@ pub mod burst;
 pub mod client;
 mod conn;
 pub mod jute;
+mod link;
 pub mod ops;
 pub mod records;
 pub mod sasl;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::{
-    CI_VARIABLES, Holder, Inspector, KillOnDrop, LockLog, TempDir, assert_no_nodes, shared_server,
-    unique_path, wait_for_contenders, wait_for_exit, wait_until, zklock, zklock_run,
+    CI_VARIABLES, Holder, Inspector, KillOnDrop, LockLog, Scene, TempDir, assert_no_nodes,
+    shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_until, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -107,6 +107,13 @@ fn each_providers_job_is_shown_by_status_and_by_a_run_that_gives_up() {
     for provider in PROVIDERS {
         let path = unique_path(&format!("ci-{}", provider.name));
         let mut holder = Holder::start(&mut run_in(provider, &connect, &path), &log);
+        // The acquisition write follows the command's start: until it lands
+        // the node says "queued", and the refusal below names no holder.
+        wait_until(LONG, "the holder's acquisition write", || {
+            zk.get_data(&holder.node()).is_some_and(|(data, _)| {
+                String::from_utf8_lossy(&data).contains("\"acquired\":true")
+            })
+        });
         let want = json!({"provider": provider.name, "url": provider.url});
 
         let doc = status_json(&connect, &path);
@@ -145,21 +152,20 @@ fn each_providers_job_is_shown_by_status_and_by_a_run_that_gives_up() {
 /// name the holder's job; `status` shows a waiter's job too.
 #[test]
 fn a_waiter_names_the_holders_job_and_status_names_the_waiters() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("ci-wait");
-    let log = LockLog::new();
+    let s = Scene::new("ci-wait");
+    let path = &s.path;
     let (gitlab, circle) = (&PROVIDERS[1], &PROVIDERS[4]);
-    let mut holder = Holder::start(&mut run_in(gitlab, &connect, &path), &log);
+    let mut holder = Holder::start(&mut run_in(gitlab, &s.connect, path), &s.log);
     wait_until(LONG, "the holder's acquisition write", || {
-        zk.get_data(&holder.node())
+        s.zk()
+            .get_data(&holder.node())
             .is_some_and(|(data, _)| String::from_utf8_lossy(&data).contains("\"acquired\":true"))
     });
 
     let dir = TempDir::new();
     let stderr_file = dir.path().join("stderr");
     let mut waiter = KillOnDrop(
-        run_in(circle, &connect, &path)
+        run_in(circle, &s.connect, path)
             .env("ZKLOCK_HEARTBEAT_INTERVAL", "200ms")
             .args(["-v", "-w", "60s", "--", "true"])
             .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
@@ -174,8 +180,8 @@ fn a_waiter_names_the_holders_job_and_status_names_the_waiters() {
             .lines()
             .any(|l| l.contains("still waiting") && l.contains(&heartbeat))
     });
-    wait_for_contenders(&zk, &path, "-lock-", 2);
-    let doc = status_json(&connect, &path);
+    wait_for_contenders(s.zk(), path, "-lock-", 2);
+    let doc = status_json(&s.connect, path);
     let waiting = &doc["locks"][0]["waiting"][0];
     assert_eq!(
         waiting["holder"]["ci"],
@@ -184,7 +190,7 @@ fn a_waiter_names_the_holders_job_and_status_names_the_waiters() {
     );
 
     // Waiting with a deadline: the message when it passes.
-    let timed_out = output(zklock_run(&connect, &path).args(["-w", "0.3", "--", "true"]));
+    let timed_out = output(s.run().args(["-w", "0.3", "--", "true"]));
     let text = String::from_utf8_lossy(&timed_out.stderr);
     assert_eq!(timed_out.status.code(), Some(75), "{text}");
     assert!(
@@ -201,7 +207,7 @@ fn a_waiter_names_the_holders_job_and_status_names_the_waiters() {
     holder.finish();
     let status = wait_for_exit(&mut waiter, LONG).expect("the waiter runs");
     assert_eq!(status.code(), Some(0), "{}", stderr());
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 /// Outside CI nothing changes: no `ci` field, nothing about a job. A
@@ -209,32 +215,29 @@ fn a_waiter_names_the_holders_job_and_status_names_the_waiters() {
 /// no job.
 #[test]
 fn outside_ci_no_job_is_recorded() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("ci-none");
-    let log = LockLog::new();
+    let s = Scene::new("ci-none");
     let mut holder = Holder::start(
-        zklock_run(&connect, &path)
+        s.run()
             .env("CI", "true")
             .env("BUILD_URL", "https://not-jenkins.example/1")
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_RUN_ID", ""),
-        &log,
+        &s.log,
     );
-    let (data, _) = zk.get_data(&holder.node()).expect("the holder's node");
+    let (data, _) = s.zk().get_data(&holder.node()).expect("the holder's node");
     let Ok(Value::Object(fields)) = serde_json::from_slice(&data) else {
         panic!("not a JSON object: {}", String::from_utf8_lossy(&data));
     };
     assert!(fields.contains_key("host"), "{fields:?}");
     assert!(!fields.contains_key("ci"), "{fields:?}");
-    let doc = status_json(&connect, &path);
+    let doc = status_json(&s.connect, &s.path);
     let held = &doc["locks"][0]["holders"][0];
     assert!(held["holder"].is_object(), "{held}");
     assert!(held["holder"].get("ci").is_none(), "{held}");
-    let refused = output(zklock_run(&connect, &path).args(["-n", "--", "true"]));
+    let refused = output(s.run().args(["-n", "--", "true"]));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(75), "{stderr}");
     assert!(!stderr.contains("CI job"), "{stderr}");
     holder.finish();
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::harness::{
-    Inspector, KazooKind, KazooLock, KillOnDrop, TempDir, assert_no_lock_nodes, run_bounded,
-    shared_server, signal, unique_path, wait_for_contenders, wait_for_exit, wait_for_file, zklock,
-    zklock_run,
+    Inspector, KazooKind, KazooLock, KillOnDrop, Scene, TempDir, run_bounded, shared_server,
+    signal, unique_path, wait_for_contenders, wait_for_exit, wait_for_file, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -48,13 +47,12 @@ fn assert_skipped(outcome: &crate::harness::Outcome, path: &str) {
 
 #[test]
 fn five_together_run_once() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("once-together");
+    let s = Scene::new("once-together");
     let dir = TempDir::new();
     let log = dir.path().join("runs");
     let threads: Vec<_> = (0..5)
         .map(|_| {
-            let mut cmd = zklock_run(&connect, &path);
+            let mut cmd = s.run();
             cmd.args(["--once-per", "1h", "-c", &appends(&log)]);
             std::thread::spawn(move || run_bounded(&mut cmd, LONG))
         })
@@ -63,15 +61,14 @@ fn five_together_run_once() {
     let codes: Vec<i32> = outcomes.iter().map(|o| o.code()).collect();
     assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{outcomes:?}");
     for outcome in outcomes.iter().filter(|o| o.code() != 0) {
-        assert_skipped(outcome, &path);
+        assert_skipped(outcome, &s.path);
     }
     assert_eq!(runs(&log), 1);
 }
 
 #[test]
 fn no_wait_staggered_runs_once() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("once-staggered");
+    let s = Scene::new("once-staggered");
     let dir = TempDir::new();
     let log = dir.path().join("runs");
     // Offsets spread over 0..2 s, not in order.
@@ -85,7 +82,7 @@ fn no_wait_staggered_runs_once() {
             std::thread::sleep(Duration::from_millis(5));
         }
         children.push(KillOnDrop(
-            zklock_run(&connect, &path)
+            s.run()
                 .args(["-n", "--once-per", "1h"])
                 .args(["-c", &format!("sleep 0.1; {}", appends(&log))])
                 .stderr(Stdio::null())
@@ -104,21 +101,15 @@ fn no_wait_staggered_runs_once() {
 
 #[test]
 fn a_failed_run_lets_the_next_one_run() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("once-failed");
-    let once = |script: &str| {
-        run_bounded(
-            zklock_run(&connect, &path).args(["--once-per", "1h", "-c", script]),
-            LONG,
-        )
-    };
+    let s = Scene::new("once-failed");
+    let path = &s.path;
+    let once = |script: &str| run_bounded(s.run().args(["--once-per", "1h", "-c", script]), LONG);
     once("exit 1").assert_code(1);
-    let rec = record(&zk, &path).expect("a record after a failed run");
+    let rec = record(s.zk(), path).expect("a record after a failed run");
     assert_eq!(rec["last_run"]["exit_status"], 1, "{rec}");
     assert!(rec.get("last_success").is_none(), "{rec}");
     once("exit 0").assert_code(0);
-    let rec = record(&zk, &path).unwrap();
+    let rec = record(s.zk(), path).unwrap();
     assert_eq!(rec["last_run"], rec["last_success"], "{rec}");
     assert_eq!(rec["last_success"]["exit_status"], 0, "{rec}");
     for field in ["start_ms", "end_ms", "fencing_token"] {
@@ -132,23 +123,20 @@ fn a_failed_run_lets_the_next_one_run() {
             .ends_with('Z'),
         "{rec}"
     );
-    assert_skipped(&once("exit 0"), &path);
+    assert_skipped(&once("exit 0"), path);
     // -q hides the line, not the status.
-    let quiet = run_bounded(
-        zklock_run(&connect, &path).args(["-q", "--once-per", "1h", "--", "true"]),
-        LONG,
-    );
+    let quiet = run_bounded(s.run().args(["-q", "--once-per", "1h", "--", "true"]), LONG);
     quiet.assert_code(75);
     assert_eq!(quiet.stderr, "");
     let custom = run_bounded(
-        zklock_run(&connect, &path).args(["-E", "0", "--once-per", "1h", "--", "true"]),
+        s.run().args(["-E", "0", "--once-per", "1h", "--", "true"]),
         LONG,
     );
     custom.assert_code(0);
 
     // status shows the record (text and JSON) and not as a holder.
     let status = run_bounded(
-        zklock().args(["status", "-z", &connect, "--json", &path]),
+        zklock().args(["status", "-z", &s.connect, "--json", path]),
         LONG,
     );
     status.assert_code(0);
@@ -158,11 +146,11 @@ fn a_failed_run_lets_the_next_one_run() {
     assert_eq!(lock["holders"], Value::Array(Vec::new()));
     assert_eq!(lock["last_success"]["exit_status"], 0, "{lock}");
     assert_eq!(lock["last_run"], rec["last_run"], "{lock}");
-    let text = run_bounded(zklock().args(["status", "-z", &connect, &path]), LONG);
+    let text = run_bounded(zklock().args(["status", "-z", &s.connect, path]), LONG);
     assert!(text.stdout.contains("  last run: "), "{}", text.stdout);
     assert!(text.stdout.contains("  last success: "), "{}", text.stdout);
     let list = run_bounded(
-        zklock().args(["list", "-z", &connect, "--json", &path]),
+        zklock().args(["list", "-z", &s.connect, "--json", path]),
         LONG,
     );
     list.assert_code(0);
@@ -170,7 +158,7 @@ fn a_failed_run_lets_the_next_one_run() {
 
     // break --record: refuses without --yes off a terminal, then deletes.
     let refused = run_bounded(
-        zklock().args(["break", "-z", &connect, "--record", &path]),
+        zklock().args(["break", "-z", &s.connect, "--record", path]),
         LONG,
     );
     refused.assert_code(64);
@@ -179,16 +167,16 @@ fn a_failed_run_lets_the_next_one_run() {
         "{}",
         refused.stderr
     );
-    assert!(record(&zk, &path).is_some());
+    assert!(record(s.zk(), path).is_some());
     let broken = run_bounded(
-        zklock().args(["break", "-z", &connect, "--yes", "--record", &path]),
+        zklock().args(["break", "-z", &s.connect, "--yes", "--record", path]),
         LONG,
     );
     broken.assert_code(0);
     assert_eq!(broken.stdout.trim(), format!("deleted {path}/{RECORD}"));
-    assert!(record(&zk, &path).is_none());
+    assert!(record(s.zk(), path).is_none());
     let again = run_bounded(
-        zklock().args(["break", "-z", &connect, "--yes", "--record", &path]),
+        zklock().args(["break", "-z", &s.connect, "--yes", "--record", path]),
         LONG,
     );
     again.assert_code(1);
@@ -197,8 +185,7 @@ fn a_failed_run_lets_the_next_one_run() {
 
 #[test]
 fn shifted_host_clock_still_runs_once() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("once-faketime");
+    let s = Scene::new("once-faketime");
     let dir = TempDir::new();
     let log = dir.path().join("runs");
     // The tool itself works here: the shifted clock is an hour ahead.
@@ -217,7 +204,7 @@ fn shifted_host_clock_still_runs_once() {
     assert!((shifted - now - 3600).abs() < 60, "{shifted} vs {now}");
 
     run_bounded(
-        zklock_run(&connect, &path).args(["--once-per", "1h", "-c", &appends(&log)]),
+        s.run().args(["--once-per", "1h", "-c", &appends(&log)]),
         LONG,
     )
     .assert_code(0);
@@ -229,9 +216,9 @@ fn shifted_host_clock_still_runs_once() {
         env!("CARGO_BIN_EXE_zklock"),
         "run",
         "-z",
-        &connect,
+        &s.connect,
     ])
-    .args([&path, "--once-per", "1h", "-c", &appends(&log)])
+    .args([&s.path, "--once-per", "1h", "-c", &appends(&log)])
     .env("DONT_FAKE_MONOTONIC", "1")
     .stdin(Stdio::null());
     for (key, _) in std::env::vars_os() {
@@ -239,7 +226,7 @@ fn shifted_host_clock_still_runs_once() {
             late.env_remove(key);
         }
     }
-    assert_skipped(&run_bounded(&mut late, LONG), &path);
+    assert_skipped(&run_bounded(&mut late, LONG), &s.path);
     // And the other way round: an hour behind, on a fresh path.
     let other = unique_path("once-faketime-behind");
     let mut early = Command::new("faketime");
@@ -250,7 +237,7 @@ fn shifted_host_clock_still_runs_once() {
             env!("CARGO_BIN_EXE_zklock"),
             "run",
             "-z",
-            &connect,
+            &s.connect,
         ])
         .args([&other, "--once-per", "1h", "-c", &appends(&log)])
         .env("DONT_FAKE_MONOTONIC", "1")
@@ -258,7 +245,7 @@ fn shifted_host_clock_still_runs_once() {
     run_bounded(&mut early, LONG).assert_code(0);
     assert_skipped(
         &run_bounded(
-            zklock_run(&connect, &other).args(["--once-per", "1h", "-c", &appends(&log)]),
+            zklock_run(&s.connect, &other).args(["--once-per", "1h", "-c", &appends(&log)]),
             LONG,
         ),
         &other,
@@ -268,15 +255,14 @@ fn shifted_host_clock_still_runs_once() {
 
 #[test]
 fn once_per_refuses_limit_shared_and_several_paths() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("once-refuse");
+    let s = Scene::new("once-refuse");
     for extra in [
         &["--limit", "2"][..],
         &["--shared"][..],
         &["/it/another-path"][..],
     ] {
         let out = run_bounded(
-            zklock_run(&connect, &path)
+            s.run()
                 .args(["--once-per", "1h"])
                 .args(extra)
                 .args(["--", "true"]),
@@ -293,21 +279,16 @@ fn once_per_refuses_limit_shared_and_several_paths() {
 
 #[test]
 fn record_is_invisible_to_curator_and_kazoo_contenders() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("once-interop");
-    run_bounded(
-        zklock_run(&connect, &path).args(["--once-per", "1h", "--", "true"]),
-        LONG,
-    )
-    .assert_code(0);
-    assert!(record(&zk, &path).is_some());
+    let s = Scene::new("once-interop");
+    let path = &s.path;
+    run_bounded(s.run().args(["--once-per", "1h", "--", "true"]), LONG).assert_code(0);
+    assert!(record(s.zk(), path).is_some());
 
     // kazoo takes the lock at once, the record notwithstanding.
-    let mut kazoo = KazooLock::spawn(KazooKind::Lock, &connect, &path, Some(LONG), None);
+    let mut kazoo = KazooLock::spawn(KazooKind::Lock, &s.connect, path, Some(LONG), None);
     kazoo.expect("acquired", LONG);
     let status = run_bounded(
-        zklock().args(["status", "-z", &connect, "--json", &path]),
+        zklock().args(["status", "-z", &s.connect, "--json", path]),
         LONG,
     );
     let doc: Value = serde_json::from_str(&status.stdout).unwrap();
@@ -320,12 +301,12 @@ fn record_is_invisible_to_curator_and_kazoo_contenders() {
 
     // A Curator-named contender is the only holder; zklock queues behind
     // it, not behind the record.
-    let (curator, _) = zk.create_ephemeral_sequential(
+    let (curator, _) = s.zk().create_ephemeral_sequential(
         &format!("{path}/_c_3c4f1a52-6a4e-4a5e-9f55-0c7a3c1c1a11-lock-"),
         b"10.0.0.7",
     );
     let status = run_bounded(
-        zklock().args(["status", "-z", &connect, "--json", &path]),
+        zklock().args(["status", "-z", &s.connect, "--json", path]),
         LONG,
     );
     let doc: Value = serde_json::from_str(&status.stdout).unwrap();
@@ -334,17 +315,17 @@ fn record_is_invisible_to_curator_and_kazoo_contenders() {
     assert_eq!(lock["holders"].as_array().unwrap().len(), 1, "{lock}");
     assert_eq!(lock["waiting"], Value::Array(Vec::new()), "{lock}");
     let mut waiter = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--once-per", "1h", "--", "true"])
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    wait_for_contenders(&zk, &path, "-lock-", 2);
-    assert!(zk.delete(&curator));
+    wait_for_contenders(s.zk(), path, "-lock-", 2);
+    assert!(s.zk().delete(&curator));
     let status = wait_for_exit(&mut waiter, LONG).expect("the waiter ends");
     assert_eq!(status.code(), Some(75), "skipped once it holds the lock");
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 fn now_ms() -> i64 {
@@ -389,17 +370,16 @@ fn last_success_gauge(file: &Path, path: &str) -> Option<f64> {
 
 #[test]
 fn a_success_dated_far_ahead_is_not_recent() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("once-future");
+    let s = Scene::new("once-future");
+    let path = &s.path;
     let dir = TempDir::new();
     let log = dir.path().join("runs");
     let file = dir.path().join("job.prom");
     let day_ahead = now_ms() + 24 * 3_600_000;
     let bogus = recorded_run(day_ahead, 0, "leader-ahead");
     write_record(
-        &zk,
-        &path,
+        s.zk(),
+        path,
         serde_json::json!({"last_run": bogus, "last_success": bogus}),
     );
     // A file an earlier zklock wrote from that record.
@@ -415,7 +395,7 @@ fn a_success_dated_far_ahead_is_not_recent() {
     .unwrap();
     let once = |script: &str| {
         run_bounded(
-            zklock_run(&connect, &path)
+            s.run()
                 .args(["--once-per", "1h", "--metrics-file"])
                 .arg(&file)
                 .args(["-c", script]),
@@ -435,44 +415,42 @@ fn a_success_dated_far_ahead_is_not_recent() {
         "{line}"
     );
     assert_eq!(runs(&log), 1);
-    assert_eq!(last_success_gauge(&file, &path), None);
+    assert_eq!(last_success_gauge(&file, path), None);
     // Until a run succeeds, every firing runs.
     let ran = once(&appends(&log));
     ran.assert_code(0);
     assert!(ran.one_error_line().ends_with("is not recent"));
     assert_eq!(runs(&log), 2);
-    let rec = record(&zk, &path).unwrap();
+    let rec = record(s.zk(), path).unwrap();
     let start_ms = rec["last_success"]["start_ms"].as_i64().unwrap();
     assert!(start_ms <= now_ms(), "{rec}");
     assert_eq!(
-        last_success_gauge(&file, &path),
+        last_success_gauge(&file, path),
         Some(start_ms as f64 / 1000.0)
     );
-    assert_skipped(&once(&appends(&log)), &path);
+    assert_skipped(&once(&appends(&log)), path);
     assert_eq!(runs(&log), 2);
 }
 
 #[test]
 fn a_success_dated_ahead_within_the_window_is_recent() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("once-skew");
+    let s = Scene::new("once-skew");
     let dir = TempDir::new();
     let file = dir.path().join("job.prom");
     let ahead = recorded_run(now_ms() + 600_000, 0, "leader-ahead");
     write_record(
-        &zk,
-        &path,
+        s.zk(),
+        &s.path,
         serde_json::json!({"last_run": ahead, "last_success": ahead}),
     );
     let out = run_bounded(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--once-per", "1h", "--metrics-file"])
             .arg(&file)
             .args(["--", "true"]),
         LONG,
     );
-    assert_skipped(&out, &path);
+    assert_skipped(&out, &s.path);
     let line = out.one_error_line();
     assert!(
         line.contains(" last ran successfully 9m ")
@@ -480,33 +458,26 @@ fn a_success_dated_ahead_within_the_window_is_recent() {
         "{line}"
     );
     // Exported as now at the latest, never as the future date.
-    let exported = last_success_gauge(&file, &path).expect("a last success");
+    let exported = last_success_gauge(&file, &s.path).expect("a last success");
     assert!(exported <= now_ms() as f64 / 1000.0, "{exported}");
     assert!(exported > (now_ms() - 60_000) as f64 / 1000.0, "{exported}");
 }
 
 #[test]
 fn retry_after_holds_a_failed_job_back() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("once-retry");
+    let s = Scene::new("once-retry");
+    let path = &s.path;
     let dir = TempDir::new();
     let log = dir.path().join("runs");
     let once = |retry: &str, script: &str| {
         run_bounded(
-            zklock_run(&connect, &path).args([
-                "--once-per",
-                "1h",
-                "--retry-after",
-                retry,
-                "-c",
-                script,
-            ]),
+            s.run()
+                .args(["--once-per", "1h", "--retry-after", retry, "-c", script]),
             LONG,
         )
     };
     once("1h", &format!("{}; exit 3", appends(&log))).assert_code(3);
-    let failed = record(&zk, &path).unwrap()["last_run"].clone();
+    let failed = record(s.zk(), path).unwrap()["last_run"].clone();
     let failed_ms = failed["start_ms"].as_i64().unwrap();
     // Any other host firing within the hour skips, as a recent success would.
     let skipped = once("1h", &appends(&log));
@@ -528,7 +499,7 @@ fn retry_after_holds_a_failed_job_back() {
     );
     assert_eq!(runs(&log), 1);
     let quiet = run_bounded(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["-q", "-E", "9", "--once-per", "1h", "--retry-after", "1h"])
             .args(["--", "true"]),
         LONG,
@@ -549,22 +520,22 @@ fn retry_after_holds_a_failed_job_back() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(runs(&log), 2);
-    let rec = record(&zk, &path).unwrap();
+    let rec = record(s.zk(), path).unwrap();
     let retried_ms = rec["last_success"]["start_ms"].as_i64().unwrap();
     assert!(retried_ms - failed_ms >= 2000, "{failed_ms} then {rec}");
     // A success ends the wait: the window decides again.
-    assert_skipped(&once("1h", &appends(&log)), &path);
+    assert_skipped(&once("1h", &appends(&log)), path);
 
     // A failure recorded 30 minutes ago: held back by 1h, not by 20m.
     let other = unique_path("once-retry-hand");
     write_record(
-        &zk,
+        s.zk(),
         &other,
         serde_json::json!({"last_run": recorded_run(now_ms() - 1_800_000, 1, "web7")}),
     );
     let run = |retry: &str| {
         run_bounded(
-            zklock_run(&connect, &other).args([
+            zklock_run(&s.connect, &other).args([
                 "--once-per",
                 "1h",
                 "--retry-after",
@@ -578,10 +549,7 @@ fn retry_after_holds_a_failed_job_back() {
     run("1h").assert_code(75);
     run("20m").assert_code(0);
 
-    let refused = run_bounded(
-        zklock_run(&connect, &path).args(["--retry-after", "1h", "--", "true"]),
-        LONG,
-    );
+    let refused = run_bounded(s.run().args(["--retry-after", "1h", "--", "true"]), LONG);
     refused.assert_code(64);
     assert!(
         refused.one_error_line().contains("--once-per"),
@@ -592,11 +560,9 @@ fn retry_after_holds_a_failed_job_back() {
 
 #[test]
 fn max_runtime_terminates_then_kills() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("max-runtime");
+    let s = Scene::new("max-runtime");
     let out = run_bounded(
-        zklock_run(&connect, &path).args([
+        s.run().args([
             "--max-runtime",
             "1s",
             "--kill-after",
@@ -619,11 +585,11 @@ fn max_runtime_terminates_then_kills() {
         "{}",
         out.stderr
     );
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 
     // A command that ignores TERM gets KILL --kill-after later.
     let stubborn = run_bounded(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--max-runtime", "0.5", "--kill-after", "1s"])
             .args(["-c", "trap '' TERM; sleep 30"]),
         LONG,
@@ -639,13 +605,13 @@ fn max_runtime_terminates_then_kills() {
         "{:?}",
         stubborn.elapsed
     );
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 
     // Waiting for the lock does not count.
     let dir = TempDir::new();
     let go = dir.path().join("go");
     let mut holder = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args([
                 "-c",
                 &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
@@ -653,15 +619,15 @@ fn max_runtime_terminates_then_kills() {
             .spawn()
             .unwrap(),
     );
-    wait_for_contenders(&zk, &path, "-lock-", 1);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 1);
     let mut waiter = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--max-runtime", "1s", "--", "true"])
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
     std::thread::sleep(Duration::from_millis(1500)); // longer than --max-runtime, while waiting
     std::fs::write(&go, "").unwrap();
     assert_eq!(wait_for_exit(&mut holder, LONG).unwrap().code(), Some(0));
@@ -670,21 +636,21 @@ fn max_runtime_terminates_then_kills() {
 
 #[test]
 fn zero_max_runtime_is_no_limit_and_zero_connect_timeout_is_refused() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("zero-durations");
+    let s = Scene::new("zero-durations");
+    let connect = &s.connect;
     // As in timeout(1): 0 is no limit.
     let out = run_bounded(
-        zklock_run(&connect, &path).args(["--max-runtime", "0", "-c", "sleep 0.5; echo done"]),
+        s.run()
+            .args(["--max-runtime", "0", "-c", "sleep 0.5; echo done"]),
         LONG,
     );
     out.assert_code(0);
     assert_eq!(out.stdout, "done\n");
     assert_eq!(out.stderr, "");
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
     // Refused before connecting, flag or config file.
     let out = run_bounded(
-        zklock_run(&connect, &path).args(["--connect-timeout", "0s", "--", "true"]),
+        s.run().args(["--connect-timeout", "0s", "--", "true"]),
         LONG,
     );
     out.assert_code(64);
@@ -704,7 +670,7 @@ fn zero_max_runtime_is_no_limit_and_zero_connect_timeout_is_refused() {
         zklock()
             .args(["status", "-z", "@z", "--config"])
             .arg(&config)
-            .arg(&path),
+            .arg(&s.path),
         LONG,
     );
     out.assert_code(64);
@@ -781,19 +747,13 @@ fn outcome_of(samples: &BTreeMap<String, f64>, path: &str) -> String {
 
 #[test]
 fn metrics_file_for_each_outcome() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("metrics");
+    let s = Scene::new("metrics");
+    let path = &s.path;
     let dir = TempDir::new();
     let file = dir.path().join("job.prom");
     let file_arg = file.to_str().unwrap().to_owned();
     let run = |args: &[&str]| {
-        let out = run_bounded(
-            zklock_run(&connect, &path)
-                .args(["--metrics-file", &file_arg])
-                .args(args),
-            LONG,
-        );
+        let out = run_bounded(s.run().args(["--metrics-file", &file_arg]).args(args), LONG);
         let text = std::fs::read_to_string(&file).expect("metrics file written");
         (out, parse_metrics(&text))
     };
@@ -803,12 +763,12 @@ fn metrics_file_for_each_outcome() {
 
     let (out, m) = run(&["--once-per", "1h", "--", "true"]);
     out.assert_code(0);
-    assert_eq!(outcome_of(&m, &path), "ran");
+    assert_eq!(outcome_of(&m, path), "ran");
     assert_eq!(gauge(&m, "zklock_exit_status"), Some(0.0));
     assert!(gauge(&m, "zklock_fencing_token").unwrap() > 0.0);
     assert!(gauge(&m, "zklock_wait_seconds").unwrap() >= 0.0);
     assert!(gauge(&m, "zklock_held_seconds").unwrap() >= 0.0);
-    let rec = record(&zk, &path).unwrap();
+    let rec = record(s.zk(), path).unwrap();
     let success = rec["last_success"]["start_ms"].as_i64().unwrap() as f64 / 1000.0;
     assert_eq!(
         gauge(&m, "zklock_last_success_timestamp_seconds"),
@@ -817,7 +777,7 @@ fn metrics_file_for_each_outcome() {
 
     let (out, m) = run(&["--once-per", "1h", "--", "true"]);
     out.assert_code(75);
-    assert_eq!(outcome_of(&m, &path), "skipped");
+    assert_eq!(outcome_of(&m, path), "skipped");
     assert_eq!(gauge(&m, "zklock_exit_status"), Some(75.0));
     assert_eq!(
         gauge(&m, "zklock_last_success_timestamp_seconds"),
@@ -826,7 +786,7 @@ fn metrics_file_for_each_outcome() {
 
     let (out, m) = run(&["--max-runtime", "0.2", "--", "sleep", "30"]);
     out.assert_code(124);
-    assert_eq!(outcome_of(&m, &path), "timed-out");
+    assert_eq!(outcome_of(&m, path), "timed-out");
     // Without --once-per a failure keeps the last success of the file.
     assert_eq!(
         gauge(&m, "zklock_last_success_timestamp_seconds"),
@@ -835,19 +795,19 @@ fn metrics_file_for_each_outcome() {
 
     let (out, m) = run(&["--", "/nonexistent/command"]);
     out.assert_code(127);
-    assert_eq!(outcome_of(&m, &path), "error");
+    assert_eq!(outcome_of(&m, path), "error");
     assert_eq!(gauge(&m, "zklock_exit_status"), Some(127.0));
 
     let (out, m) = run(&["--", "sh", "-c", "exit 3"]);
     out.assert_code(3);
-    assert_eq!(outcome_of(&m, &path), "ran");
+    assert_eq!(outcome_of(&m, path), "ran");
     assert_eq!(gauge(&m, "zklock_exit_status"), Some(3.0));
 
     // Held elsewhere: not acquired, no token.
     let dir2 = TempDir::new();
     let go = dir2.path().join("go");
     let mut holder = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args([
                 "-c",
                 &format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display()),
@@ -855,24 +815,24 @@ fn metrics_file_for_each_outcome() {
             .spawn()
             .unwrap(),
     );
-    wait_for_contenders(&zk, &path, "-lock-", 1);
+    wait_for_contenders(s.zk(), path, "-lock-", 1);
     let (out, m) = run(&["-n", "--", "true"]);
     out.assert_code(75);
-    assert_eq!(outcome_of(&m, &path), "not-acquired");
+    assert_eq!(outcome_of(&m, path), "not-acquired");
     assert_eq!(gauge(&m, "zklock_fencing_token"), None);
     // A signal while waiting ends it too, and the file is still written.
     let mut waiting = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--metrics-file", &file_arg, "--", "true"])
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    wait_for_contenders(s.zk(), path, "-lock-", 2);
     signal(waiting.id() as i32, libc::SIGTERM);
     assert_eq!(wait_for_exit(&mut waiting, LONG).unwrap().code(), Some(143));
     let m = parse_metrics(&std::fs::read_to_string(&file).unwrap());
-    assert_eq!(outcome_of(&m, &path), "not-acquired");
+    assert_eq!(outcome_of(&m, path), "not-acquired");
     assert_eq!(gauge(&m, "zklock_exit_status"), Some(143.0));
     std::fs::write(&go, "").unwrap();
     wait_for_exit(&mut holder, LONG).unwrap();
@@ -880,7 +840,7 @@ fn metrics_file_for_each_outcome() {
     // Lost: the node is deleted under the running command.
     let started = dir2.path().join("started");
     let mut lost = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--metrics-file", &file_arg, "--kill-after", "1s"])
             .args([
                 "-c",
@@ -891,11 +851,11 @@ fn metrics_file_for_each_outcome() {
             .unwrap(),
     );
     assert!(wait_for_file(&started, LONG));
-    let nodes = wait_for_contenders(&zk, &path, "-lock-", 1);
-    assert!(zk.delete(&nodes[0]));
+    let nodes = wait_for_contenders(s.zk(), path, "-lock-", 1);
+    assert!(s.zk().delete(&nodes[0]));
     assert_eq!(wait_for_exit(&mut lost, LONG).unwrap().code(), Some(76));
     let m = parse_metrics(&std::fs::read_to_string(&file).unwrap());
-    assert_eq!(outcome_of(&m, &path), "lost");
+    assert_eq!(outcome_of(&m, path), "lost");
     assert_eq!(gauge(&m, "zklock_exit_status"), Some(76.0));
 }
 
@@ -951,8 +911,8 @@ fn metrics_file_labels_are_escaped_and_unwritable_dirs_refused() {
 
 #[test]
 fn metrics_file_is_replaced_atomically() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("metrics-atomic");
+    let s = Scene::new("metrics-atomic");
+    let path = &s.path;
     let dir = TempDir::new();
     let file = dir.path().join("atomic.prom");
     let stop = Arc::new(AtomicBool::new(false));
@@ -973,7 +933,7 @@ fn metrics_file_is_replaced_atomically() {
     };
     for i in 0..8 {
         let out = run_bounded(
-            zklock_run(&connect, &path)
+            s.run()
                 .args(["--metrics-file", file.to_str().unwrap()])
                 .args(["-c", &format!("exit {}", i % 2)]),
             LONG,
@@ -987,15 +947,11 @@ fn metrics_file_is_replaced_atomically() {
 
 #[test]
 fn metrics_file_not_named_prom_is_warned_about() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("metrics-name");
+    let s = Scene::new("metrics-name");
     let dir = TempDir::new();
     let txt = dir.path().join("job.txt");
     let out = run_bounded(
-        zklock_run(&connect, &path)
-            .arg("--metrics-file")
-            .arg(&txt)
-            .args(["--", "true"]),
+        s.run().arg("--metrics-file").arg(&txt).args(["--", "true"]),
         LONG,
     );
     out.assert_code(0);
@@ -1010,7 +966,7 @@ fn metrics_file_not_named_prom_is_warned_about() {
     // Written all the same; -q (a name chosen on purpose) hides the line.
     assert!(parse_metrics(&std::fs::read_to_string(&txt).unwrap()).len() > 6);
     for (file, quiet) in [(txt.clone(), true), (dir.path().join("job.prom"), false)] {
-        let mut cmd = zklock_run(&connect, &path);
+        let mut cmd = s.run();
         if quiet {
             cmd.arg("-q");
         }

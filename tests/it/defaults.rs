@@ -8,8 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use crate::harness::{
-    Gated, Inspector, ServerOptions, TempDir, ZkServer, assert_no_lock_nodes, assert_no_nodes,
-    run_bounded, shared_server, unique_path, zklock, zklock_run,
+    Gated, Inspector, Scene, ServerOptions, TempDir, ZkServer, assert_no_lock_nodes,
+    assert_no_nodes, run_bounded, shared_server, unique_path, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -122,25 +122,19 @@ fn tiny_timeout_takes_a_free_lock_like_no_wait() {
 
 #[test]
 fn tiny_timeout_still_gives_up_on_a_held_lock() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("tiny-timeout-held");
-    let holder = Gated::start(zklock_run(&connect, &path));
-    let out = run_bounded(
-        zklock_run(&connect, &path).args(["-w", "1ms", "--", "true"]),
-        LONG,
-    );
+    let s = Scene::new("tiny-timeout-held");
+    let holder = Gated::start(s.run());
+    let out = run_bounded(s.run().args(["-w", "1ms", "--", "true"]), LONG);
     out.assert_code(75);
     assert!(holder.finish().success());
 }
 
 #[test]
 fn a_command_that_cannot_run_is_refused_before_waiting() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("cannot-run");
+    let s = Scene::new("cannot-run");
     // Held, and no --timeout: before resolving the command first, each case below
     // waited here forever.
-    let holder = Gated::start(zklock_run(&connect, &path));
+    let holder = Gated::start(s.run());
     let dir = TempDir::new();
     let not_executable = dir.path().join("deploy.sh");
     std::fs::write(&not_executable, "#!/bin/sh\ntrue\n").unwrap();
@@ -180,7 +174,7 @@ fn a_command_that_cannot_run_is_refused_before_waiting() {
         ),
     ];
     for (why, command, env, code) in cases {
-        let mut cmd = zklock_run(&connect, &path);
+        let mut cmd = s.run();
         cmd.args(&command).envs(env.iter().copied());
         let out = run_bounded(&mut cmd, LONG);
         assert_eq!(out.status.code(), Some(code), "{why}: {}", out.stderr);
@@ -192,7 +186,7 @@ fn a_command_that_cannot_run_is_refused_before_waiting() {
             out.elapsed
         );
     }
-    assert_eq!(zk.children(&path).len(), 1, "only the holder's node");
+    assert_eq!(s.zk().children(&s.path).len(), 1, "only the holder's node");
     assert!(holder.finish().success());
 
     // Before connecting: with no ZooKeeper at all, still 127 at once.

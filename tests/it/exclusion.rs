@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::faults_util::{HOLD, Locker, wait_children, watchers_of};
 use crate::harness::{
-    Gated, Inspector, KillOnDrop, LockLog, TempDir, assert_no_nodes, run_bounded, shared_server,
-    unique_path, wait_for_exit, wait_until, zklock_run,
+    Gated, Inspector, KillOnDrop, LockLog, Scene, TempDir, assert_no_nodes, run_bounded,
+    shared_server, unique_path, wait_for_exit, wait_until, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -99,32 +99,35 @@ fn queued_waiters_start_in_arrival_order() {
 /// holder, not take the wake-up for its turn.
 #[test]
 fn a_waiter_giving_up_does_not_let_the_next_one_in() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("quitter");
+    let s = Scene::new("quitter");
+    let path = &s.path;
     let scratch = TempDir::new();
     let ran = scratch.path().join("ran");
 
-    let holder = Gated::start(zklock_run(&connect, &path));
-    let holder_node = format!("{path}/{}", zk.children(&path)[0]);
-    let mut quitter = zklock_run(&connect, &path);
+    let holder = Gated::start(s.run());
+    let holder_node = format!("{path}/{}", s.zk().children(path)[0]);
+    let mut quitter = s.run();
     // Long enough for the next waiter to queue behind it on a loaded machine.
     quitter.args(["--timeout", "5s", "--", "true"]);
     let mut quitter = KillOnDrop(quitter.spawn().expect("spawn the quitter"));
-    wait_until(LONG, "the quitter queued", || zk.children(&path).len() == 2);
-    let mut next = zklock_run(&connect, &path);
+    wait_until(LONG, "the quitter queued", || {
+        s.zk().children(path).len() == 2
+    });
+    let mut next = s.run();
     next.arg("--").arg("touch").arg(&ran);
     let mut next = KillOnDrop(next.spawn().expect("spawn the next waiter"));
     wait_until(LONG, "the next waiter queued", || {
-        zk.children(&path).len() == 3
+        s.zk().children(path).len() == 3
     });
-    let next_node = zk
-        .children(&path)
+    let next_node = s
+        .zk()
+        .children(path)
         .into_iter()
         .max_by_key(|name| name[name.len() - 10..].to_string())
         .map(|name| format!("{path}/{name}"))
         .unwrap();
-    let next_session = zk
+    let next_session = s
+        .zk()
         .stat(&next_node)
         .expect("the next waiter's node")
         .ephemeral_owner;
@@ -149,7 +152,7 @@ fn a_waiter_giving_up_does_not_let_the_next_one_in() {
     let status = wait_for_exit(&mut next, LONG).expect("the next waiter ran");
     assert!(status.success(), "the next waiter: {status}");
     assert!(ran.exists());
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 /// An operator deleting a waiter's node: the waiter watches its own node, so
@@ -157,25 +160,25 @@ fn a_waiter_giving_up_does_not_let_the_next_one_in() {
 /// the holder to go.
 #[test]
 fn a_waiter_whose_node_is_deleted_queues_again_at_once() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("requeue");
-    let log = LockLog::new();
-    let mut holder = Locker::spawn("holder", &connect, &path, &[], &log, HOLD);
+    let s = Scene::new("requeue");
+    let path = &s.path;
+    let mut holder = Locker::spawn("holder", &s.connect, path, &[], &s.log, HOLD);
     let held = holder.wait_info(LONG);
-    let mut waiter = Locker::spawn("waiter", &connect, &path, &["-v"], &log, HOLD);
-    let first = wait_children(&zk, &path, 2, LONG)
+    let mut waiter = Locker::spawn("waiter", &s.connect, path, &["-v"], &s.log, HOLD);
+    let first = wait_children(s.zk(), path, 2, LONG)
         .into_iter()
         .find(|c| c != held.node_name())
         .expect("the waiter's node");
-    let first_owner = zk
+    let first_owner = s
+        .zk()
         .stat(&format!("{path}/{first}"))
         .expect("node")
         .ephemeral_owner;
 
-    assert!(zk.delete(&format!("{path}/{first}")));
+    assert!(s.zk().delete(&format!("{path}/{first}")));
     wait_until(LONG, "the waiter queued again", || {
-        zk.children(&path)
+        s.zk()
+            .children(path)
             .iter()
             .any(|c| c != held.node_name() && *c != first)
     });
@@ -192,7 +195,7 @@ fn a_waiter_whose_node_is_deleted_queues_again_at_once() {
         "{}",
         waiter.stderr()
     );
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_no_nodes(&zk, &path);
+    s.log.assert_exclusive();
+    s.log.assert_tokens_increase();
+    s.assert_nothing_left();
 }

@@ -17,7 +17,7 @@ use crate::faults_util::{
     finish_two_runs, hold_steady, members_serving, start_order, wait_children, wait_pid_gone,
 };
 use crate::harness::{
-    Ensemble, Inspector, KillOnDrop, LockLog, ServerOptions, TempDir, signal, unique_path,
+    Ensemble, Inspector, KillOnDrop, LockLog, Scene, ServerOptions, TempDir, signal, unique_path,
     wait_until, zklock_run,
 };
 
@@ -37,17 +37,15 @@ fn epoch(zxid: i64) -> i64 {
 #[test]
 fn s10_leader_killed_while_held() {
     let mut ensemble = Ensemble::start(3);
-    let connect = ensemble.connect_string();
-    let path = unique_path("s10-leader-killed");
-    let log = LockLog::new();
+    let s = Scene::on(ensemble.connect_string(), "s10-leader-killed");
 
-    let mut holder = Locker::spawn("holder", &connect, &path, &T10, &log, HOLD);
+    let mut holder = Locker::spawn("holder", &s.connect, &s.path, &T10, &s.log, HOLD);
     let held = holder.wait_info(LONG);
-    let zk = Inspector::connect(&connect);
-    let mut first = Locker::spawn("first", &connect, &path, &T10, &log, "true");
-    wait_children(&zk, &path, 2, LONG);
-    let mut second = Locker::spawn("second", &connect, &path, &T10, &log, "true");
-    wait_children(&zk, &path, 3, LONG);
+    let zk = Inspector::connect(&s.connect);
+    let mut first = Locker::spawn("first", &s.connect, &s.path, &T10, &s.log, "true");
+    wait_children(&zk, &s.path, 2, LONG);
+    let mut second = Locker::spawn("second", &s.connect, &s.path, &T10, &s.log, "true");
+    wait_children(&zk, &s.path, 3, LONG);
     drop(zk);
 
     let leader = ensemble.leader();
@@ -64,7 +62,7 @@ fn s10_leader_killed_while_held() {
     // session timeout.
     hold_steady(
         &mut [&mut holder, &mut first, &mut second],
-        &log,
+        &s.log,
         1,
         killed + Duration::from_millis(10_500),
     );
@@ -82,8 +80,8 @@ fn s10_leader_killed_while_held() {
 
     // A token is the czxid of the node, minted when its owner queued: the first two
     // waiters' come from before the failover, a newcomer's from after it.
-    let mut third = Locker::spawn("third", &connect, &path, &T10, &log, "true");
-    wait_children(&zk, &path, 4, LONG);
+    let mut third = Locker::spawn("third", &s.connect, &s.path, &T10, &s.log, "true");
+    wait_children(&zk, &s.path, 4, LONG);
 
     holder.release();
     holder.expect_exit(0, LONG);
@@ -94,21 +92,21 @@ fn s10_leader_killed_while_held() {
     let c = third.wait_info(LONG);
     third.expect_exit(0, LONG);
     assert_eq!(
-        start_order(&log),
+        start_order(&s.log),
         vec![held.pid, a.pid, b.pid, c.pid],
         "queue order"
     );
-    log.assert_exclusive();
-    log.assert_tokens_increase();
+    s.log.assert_exclusive();
+    s.log.assert_tokens_increase();
     assert!(
         epoch(c.token) > epoch(held.token),
         "token {:#x} minted after the failover is not from a later epoch than {:#x}",
         c.token,
         held.token
     );
-    assert_no_nodes_within(&zk, &path, Duration::ZERO);
+    assert_no_nodes_within(&zk, &s.path, Duration::ZERO);
     for i in (0..3).filter(|&i| i != leader) {
-        assert_no_watches(|w| ensemble.four_letter(i, w), &path);
+        assert_no_watches(|w| ensemble.four_letter(i, w), &s.path);
     }
 }
 
@@ -124,11 +122,9 @@ fn s11_holder_moves_off_a_paused_member() {
             ..ServerOptions::default()
         },
     );
-    let connect = ensemble.connect_string();
-    let path = unique_path("s11-member-paused");
-    let log = LockLog::new();
+    let s = Scene::on(ensemble.connect_string(), "s11-member-paused");
 
-    let mut holder = Locker::spawn("holder", &connect, &path, &T10, &log, HOLD);
+    let mut holder = Locker::spawn("holder", &s.connect, &s.path, &T10, &s.log, HOLD);
     let held = holder.wait_info(LONG);
     let mut on = Vec::new();
     wait_until(LONG, "the holder's connection shows in `cons`", || {
@@ -144,8 +140,8 @@ fn s11_holder_moves_off_a_paused_member() {
         .collect();
     let others = others.join(",");
     let zk = Inspector::connect(&others);
-    let mut waiter = Locker::spawn("waiter", &others, &path, &T10, &log, "true");
-    wait_children(&zk, &path, 2, LONG);
+    let mut waiter = Locker::spawn("waiter", &others, &s.path, &T10, &s.log, "true");
+    wait_children(&zk, &s.path, 2, LONG);
 
     ensemble.pause(paused);
     let stopped = Instant::now();
@@ -160,7 +156,7 @@ fn s11_holder_moves_off_a_paused_member() {
     );
     hold_steady(
         &mut [&mut holder, &mut waiter],
-        &log,
+        &s.log,
         1,
         stopped + Duration::from_millis(10_500),
     );
@@ -168,10 +164,10 @@ fn s11_holder_moves_off_a_paused_member() {
     assert_eq!(stat.ephemeral_owner, held.session);
 
     ensemble.resume(paused);
-    finish_two_runs(&mut holder, &mut waiter, &log);
-    assert_no_nodes_within(&zk, &path, Duration::ZERO);
+    finish_two_runs(&mut holder, &mut waiter, &s.log);
+    assert_no_nodes_within(&zk, &s.path, Duration::ZERO);
     for i in 0..3 {
-        assert_no_watches(|w| ensemble.four_letter(i, w), &path);
+        assert_no_watches(|w| ensemble.four_letter(i, w), &s.path);
     }
 }
 
@@ -181,18 +177,16 @@ fn s11_holder_moves_off_a_paused_member() {
 #[test]
 fn s12_quorum_lost_holder_gives_up_at_deadline() {
     let mut ensemble = Ensemble::start(3);
-    let connect = ensemble.connect_string();
-    let path = unique_path("s12-quorum-lost");
-    let log = LockLog::new();
+    let s = Scene::on(ensemble.connect_string(), "s12-quorum-lost");
     let session = Duration::from_secs(4);
 
-    let mut holder = Locker::spawn("holder", &connect, &path, &T4, &log, HOLD);
+    let mut holder = Locker::spawn("holder", &s.connect, &s.path, &T4, &s.log, HOLD);
     let held = holder.wait_info(LONG);
-    let zk = Inspector::connect(&connect);
+    let zk = Inspector::connect(&s.connect);
     let mut args = T4.to_vec();
     args.extend(["--connect-timeout", "60s", "-v"]);
-    let mut waiter = Locker::spawn("waiter", &connect, &path, &args, &log, "true");
-    wait_children(&zk, &path, 2, LONG);
+    let mut waiter = Locker::spawn("waiter", &s.connect, &s.path, &args, &s.log, "true");
+    wait_children(&zk, &s.path, 2, LONG);
     drop(zk);
 
     let leader = ensemble.leader();
@@ -201,7 +195,7 @@ fn s12_quorum_lost_holder_gives_up_at_deadline() {
     let (stopping, stopped, ended_at) = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| {
             wait_until(LONG, "the holder's command ends", || {
-                log.open_ids().is_empty()
+                s.log.open_ids().is_empty()
             });
             Instant::now()
         });
@@ -233,7 +227,7 @@ fn s12_quorum_lost_holder_gives_up_at_deadline() {
     // No one else while the quorum is down, for longer than the session timeout.
     hold_steady(
         &mut [&mut waiter],
-        &log,
+        &s.log,
         1,
         stopped + session + Duration::from_millis(500),
     );
@@ -250,15 +244,15 @@ fn s12_quorum_lost_holder_gives_up_at_deadline() {
     );
     waiter.expect_exit(0, LONG);
     assert!(next.token > held.token);
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_eq!(start_order(&log), vec![held.pid, next.pid]);
-    let zk = Inspector::connect(&connect);
+    s.log.assert_exclusive();
+    s.log.assert_tokens_increase();
+    assert_eq!(start_order(&s.log), vec![held.pid, next.pid]);
+    let zk = Inspector::connect(&s.connect);
     // The holder could not delete its node or close its session while the quorum was
     // down: the node dies with the session, one session timeout after the recovery.
-    assert_no_nodes_within(&zk, &path, session + Duration::from_secs(5));
+    assert_no_nodes_within(&zk, &s.path, session + Duration::from_secs(5));
     for i in 0..3 {
-        assert_no_watches(|w| ensemble.four_letter(i, w), &path);
+        assert_no_watches(|w| ensemble.four_letter(i, w), &s.path);
     }
 }
 

@@ -8,8 +8,8 @@ use crate::faults_util::{
     hold_steady, wait_children,
 };
 use crate::harness::{
-    FaultProxy, Inspector, LockLog, Mode, ServerOptions, ZkServer, shared_server, unique_path,
-    wait_until,
+    FaultProxy, Inspector, LockLog, Mode, Scene, ServerOptions, ZkServer, shared_server,
+    unique_path, wait_until,
 };
 
 /// Scenario 13: Standalone server restarted within the deadline: the session survives,
@@ -24,17 +24,15 @@ use crate::harness::{
 #[test]
 fn s13_server_restart_within_deadline_keeps_lock() {
     let mut server = ZkServer::start();
-    let connect = server.connect_string();
-    let path = unique_path("s13-server-restart");
-    let log = LockLog::new();
+    let s = Scene::on(server.connect_string(), "s13-server-restart");
     let args = ["--session-timeout", "30s", "--kill-after", "0.5s"];
     let grace = Duration::from_millis(21_900);
 
-    let mut holder = Locker::spawn("holder", &connect, &path, &args, &log, HOLD);
+    let mut holder = Locker::spawn("holder", &s.connect, &s.path, &args, &s.log, HOLD);
     let held = holder.wait_info(LONG);
-    let zk = Inspector::connect(&connect);
-    let mut waiter = Locker::spawn("waiter", &connect, &path, &args, &log, "true");
-    wait_children(&zk, &path, 2, LONG);
+    let zk = Inspector::connect(&s.connect);
+    let mut waiter = Locker::spawn("waiter", &s.connect, &s.path, &args, &s.log, "true");
+    wait_children(&zk, &s.path, 2, LONG);
     drop(zk);
 
     server.kill();
@@ -61,17 +59,17 @@ fn s13_server_restart_within_deadline_keeps_lock() {
     // Past the holder's lease deadline had its session not come back.
     hold_steady(
         &mut [&mut holder, &mut waiter],
-        &log,
+        &s.log,
         1,
         down + grace + Duration::from_millis(500),
     );
-    let zk = Inspector::connect(&connect);
+    let zk = Inspector::connect(&s.connect);
     let (_, stat) = zk.get_data(&held.node).expect("holder's node kept");
     assert_eq!(stat.ephemeral_owner, held.session, "same session");
 
-    finish_two_runs(&mut holder, &mut waiter, &log);
-    assert_no_nodes_within(&zk, &path, Duration::ZERO);
-    assert_no_watches(|w| server.four_letter(w), &path);
+    finish_two_runs(&mut holder, &mut waiter, &s.log);
+    assert_no_nodes_within(&zk, &s.path, Duration::ZERO);
+    assert_no_watches(|w| server.four_letter(w), &s.path);
 }
 
 /// Scenario 13, variant: the server is unreachable (connections reset, as by a server
@@ -130,16 +128,20 @@ fn s15_container_reaping_between_and_during_runs() {
         container_check_interval: Some(Duration::from_millis(100)),
         ..ServerOptions::default()
     });
-    let connect = server.connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("s15-containers");
-    let log = LockLog::new();
+    let s = Scene::on(server.connect_string(), "s15-containers");
     let args = ["--session-timeout", "3s", "--kill-after", "0.5s"];
 
     // One at a time, each after the directory was reaped.
     let mut tokens = Vec::new();
     for run in 0..4 {
-        let mut locker = Locker::spawn(&format!("run {run}"), &connect, &path, &args, &log, "");
+        let mut locker = Locker::spawn(
+            &format!("run {run}"),
+            &s.connect,
+            &s.path,
+            &args,
+            &s.log,
+            "",
+        );
         let info = locker.wait_info(LONG);
         locker.expect_exit(0, LONG);
         assert_eq!(
@@ -151,7 +153,7 @@ fn s15_container_reaping_between_and_during_runs() {
         tokens.push(info.token);
         let released = Instant::now();
         wait_until(LONG, "the empty lock directory is reaped", || {
-            !zk.exists(&path)
+            !s.zk().exists(&s.path)
         });
         eprintln!("run {run}: directory reaped {:?} after", released.elapsed());
     }
@@ -165,22 +167,22 @@ fn s15_container_reaping_between_and_during_runs() {
         }
         lockers.push(Locker::spawn(
             &format!("racer {run}"),
-            &connect,
-            &path,
+            &s.connect,
+            &s.path,
             &args,
-            &log,
+            &s.log,
             "sleep 0.05",
         ));
     }
     for mut locker in lockers {
         locker.expect_exit(0, LONG);
     }
-    assert_eq!(log.starts(), 16);
-    log.assert_exclusive();
-    log.assert_tokens_increase();
-    assert_no_nodes_within(&zk, &path, Duration::ZERO);
-    assert_no_watches(|w| server.four_letter(w), &path);
+    assert_eq!(s.log.starts(), 16);
+    s.log.assert_exclusive();
+    s.log.assert_tokens_increase();
+    assert_no_nodes_within(s.zk(), &s.path, Duration::ZERO);
+    assert_no_watches(|w| server.four_letter(w), &s.path);
     wait_until(LONG, "the lock directory is reaped at the end", || {
-        !zk.exists(&path)
+        !s.zk().exists(&s.path)
     });
 }

@@ -8,18 +8,25 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::{
-    Inspector, KillOnDrop, Outcome, TempDir, assert_no_nodes, run_bounded, shared_server, signal,
-    unique_path, wait_for_file, wait_until,
+    Inspector, KillOnDrop, Outcome, Scene, TempDir, assert_no_nodes, run_bounded, shared_server,
+    signal, wait_for_file, wait_until,
 };
 
 pub const LONG: Duration = Duration::from_secs(30);
 
-/// A place for one test's holds: its own runtime directory, and files the
-/// scripts write.
+/// A place for one test's holds: its scene (a server, a lock path, the
+/// inspector), its own runtime directory, and files the scripts write.
 pub struct Place {
-    pub connect: String,
-    pub path: String,
+    pub scene: Scene,
     pub dir: TempDir,
+}
+
+impl std::ops::Deref for Place {
+    type Target = Scene;
+
+    fn deref(&self) -> &Scene {
+        &self.scene
+    }
 }
 
 impl Place {
@@ -29,8 +36,7 @@ impl Place {
 
     pub fn at(connect: &str, tag: &str) -> Place {
         Place {
-            connect: connect.to_owned(),
-            path: unique_path(tag),
+            scene: Scene::on(connect, tag),
             dir: TempDir::new(),
         }
     }
@@ -127,10 +133,6 @@ fn holder_pid(socket: &Path) -> Option<i32> {
         .ok()
 }
 
-pub fn inspector(place: &Place) -> Inspector {
-    Inspector::connect(&place.connect)
-}
-
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
@@ -138,7 +140,7 @@ pub fn read(path: &Path) -> String {
 #[test]
 fn steps_see_the_token_and_release_frees_the_lock() {
     let place = Place::new("hold-script");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let out = place.run(
         r#"set -e
         eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
@@ -163,33 +165,33 @@ fn steps_see_the_token_and_release_frees_the_lock() {
     );
     // Free right after the release: status exits 0 only for a free lock.
     assert!(read(&place.file("after")).contains("free"));
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn the_lock_ends_with_the_shell_however_it_exits() {
     let place = Place::new("hold-exit");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let out = place.run(r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; test -n "$ZKLOCK_NODE""#);
     out.assert_code(0);
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 
     let place = Place::new("hold-kill");
     let mut shell = place.held_by_a_shell();
-    assert!(!place.is_free(&zk));
+    assert!(!place.is_free(zk));
     signal(shell.0.id() as i32, libc::SIGKILL);
     let _ = shell.0.wait();
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn until_released_outlives_its_shell_and_is_released_from_another() {
     let place = Place::new("hold-ci");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let hold = r#""$ZKLOCK" hold --until-released --max-hold 10m -z "$ZK" "$P" > "$OUT/vars""#;
     place.run(hold).assert_code(0);
     // The first step's shell is gone; the lock is still held.
-    assert!(!place.is_free(&zk));
+    assert!(!place.is_free(zk));
     // Until its write once held, the node says what it is bound to; then
     // until when, too.
     let status = place.run(r#""$ZKLOCK" status -z "$ZK" "$P""#);
@@ -207,7 +209,7 @@ fn until_released_outlives_its_shell_and_is_released_from_another() {
     assert!(step.stdout.trim().parse::<i64>().unwrap() > 0);
     let release = r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#;
     place.run(release).assert_code(0);
-    assert!(place.is_free(&zk));
+    assert!(place.is_free(zk));
     // Twice: there is no such hold any more.
     let again = place.run(release);
     again.assert_code(64);
@@ -216,14 +218,14 @@ fn until_released_outlives_its_shell_and_is_released_from_another() {
         "{}",
         again.stderr
     );
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 
     // By PATH, from a shell that has no ZKLOCK_HOLD.
     place.run(hold).assert_code(0);
     place.run(r#""$ZKLOCK" release "$P""#).assert_code(0);
-    assert!(place.is_free(&zk));
+    assert!(place.is_free(zk));
     place.run(r#""$ZKLOCK" release "$P""#).assert_code(64);
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
@@ -244,7 +246,7 @@ fn until_released_needs_max_hold() {
 #[test]
 fn a_killed_holders_socket_is_removed_by_the_next_release() {
     let place = Place::new("hold-killed");
-    let zk = inspector(&place);
+    let zk = place.zk();
     place
         .run(
             r#""$ZKLOCK" hold --until-released --max-hold 10m --session-timeout 4s \
@@ -266,17 +268,17 @@ fn a_killed_holders_socket_is_removed_by_the_next_release() {
     out.assert_code(64);
     assert!(!socket.exists());
     // Its session ends on the server, with the node.
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn max_hold_ends_a_forgotten_hold_and_release_then_says_why() {
     let place = Place::new("hold-max");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let hold = r#""$ZKLOCK" hold --until-released --max-hold 1s -z "$ZK" "$P" > "$OUT/vars""#;
     place.run(hold).assert_code(0);
     wait_until(LONG, "the lock is freed at --max-hold", || {
-        place.is_free(&zk)
+        place.is_free(zk)
     });
     let release = place.run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#);
     release.assert_code(76);
@@ -285,13 +287,13 @@ fn max_hold_ends_a_forgotten_hold_and_release_then_says_why() {
         "{}",
         release.stderr
     );
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn a_deleted_node_terminates_the_bound_shell_and_release_exits_76() {
     let place = Place::new("hold-deleted");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let mut shell = place.spawn(
         r#"trap '"$ZKLOCK" release 2> "$OUT/why"; echo $? > "$OUT/rc"; exit 143' TERM
                 eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo "$ZKLOCK_NODE" > "$OUT/node"
@@ -308,13 +310,13 @@ fn a_deleted_node_terminates_the_bound_shell_and_release_exits_76() {
         "{}",
         read(&place.file("why"))
     );
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn a_run_nested_in_a_hold_runs_at_once_under_it() {
     let place = Place::new("hold-nested");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let out = place.run(
         r#"set -e
         eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
@@ -326,13 +328,13 @@ fn a_run_nested_in_a_hold_runs_at_once_under_it() {
     let tokens: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(tokens.len(), 2, "{}", out.stdout);
     assert_eq!(tokens[0], tokens[1]);
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn not_acquired_prints_nothing_and_exits_as_run() {
     let place = Place::new("hold-busy");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let mut holder = place.held_by_a_shell();
     let out = place.run(r#""$ZKLOCK" hold -n -z "$ZK" "$P""#);
     out.assert_code(75);
@@ -342,13 +344,13 @@ fn not_acquired_prints_nothing_and_exits_as_run() {
     out.assert_code(3);
     signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn a_hold_nested_in_a_hold_or_a_run_holds_at_once_under_it() {
     let place = Place::new("hold-nested-hold");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let out = place.run(
         r#"set -e
         eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
@@ -374,13 +376,13 @@ fn a_hold_nested_in_a_hold_or_a_run_holds_at_once_under_it() {
     assert_eq!(tokens.len(), 4, "{}", out.stdout);
     assert_eq!(tokens[0], tokens[1]);
     assert_eq!(tokens[2], tokens[3]);
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn the_metrics_file_follows_the_hold() {
     let place = Place::new("hold-metrics");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let exit_line = |code: u8| format!("zklock_exit_status{{path=\"{}\"}} {code}\n", place.path);
     place
         .run(
@@ -405,5 +407,5 @@ fn the_metrics_file_follows_the_hold() {
     place
         .run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#)
         .assert_code(76);
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }

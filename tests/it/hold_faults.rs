@@ -10,7 +10,7 @@ use crate::harness::{
     FaultProxy, Inspector, KillOnDrop, LockLog, Mode, shared_server, signal, wait_for_file,
     wait_until,
 };
-use crate::hold::{LONG, Place, inspector, read};
+use crate::hold::{LONG, Place, read};
 
 #[test]
 fn a_session_lost_at_the_proxy_terminates_the_bound_shell() {
@@ -68,7 +68,7 @@ fn another_user_can_neither_release_nor_reach_a_hold() {
         return;
     }
     let place = Place::new("hold-other-user");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let hold =
         place.run(r#""$ZKLOCK" hold --until-released --max-hold 10m --format json -z "$ZK" "$P""#);
     hold.assert_code(0);
@@ -80,7 +80,7 @@ fn another_user_can_neither_release_nor_reach_a_hold() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(77), "{out:?}");
-    assert!(!place.is_free(&zk));
+    assert!(!place.is_free(zk));
     // Directly on the socket, with the directory opened up: the holder
     // checks who asks and answers nothing.
     let dir = place.runtime_dir();
@@ -97,10 +97,10 @@ fn another_user_can_neither_release_nor_reach_a_hold() {
     assert!(answer.contains(&place.path), "{out:?}");
     let out = as_nobody(&ask).arg("release").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "b''\n", "{out:?}");
-    assert!(!place.is_free(&zk));
+    assert!(!place.is_free(zk));
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     place.run(r#""$ZKLOCK" release "$P""#).assert_code(0);
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
@@ -108,7 +108,7 @@ fn holds_and_runs_of_one_path_exclude_each_other() {
     const WORKERS: usize = 4;
     const ROUNDS: usize = 6;
     let place = Place::new("hold-race");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let log = LockLog::new();
     let run_body = log.shell_body("sleep 0.02");
     let workers: Vec<KillOnDrop> = (0..WORKERS)
@@ -139,8 +139,8 @@ fn holds_and_runs_of_one_path_exclude_each_other() {
     assert_eq!(log.starts(), WORKERS * ROUNDS, "{}", log.contents());
     log.assert_exclusive();
     log.assert_tokens_increase();
-    wait_until(LONG, "the lock is free", || place.is_free(&zk));
-    place.assert_clean(&zk);
+    wait_until(LONG, "the lock is free", || place.is_free(zk));
+    place.assert_clean(zk);
 }
 
 /// A `zklock hold` waiting behind `place`'s holder, started directly (its
@@ -156,19 +156,19 @@ fn waiting_hold(place: &Place, zk: &Inspector) -> KillOnDrop {
 #[test]
 fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
     let place = Place::new("hold-wait-signals");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let mut holder = place.held_by_a_shell();
     // The holder's node; a waiter makes 2.
     assert_eq!(zk.tree(&place.path).len(), 1);
     // Ctrl-C reaches `zklock hold`, which passes it on to its holder.
-    let mut waiter = waiting_hold(&place, &zk);
+    let mut waiter = waiting_hold(&place, zk);
     signal(waiter.0.id() as i32, libc::SIGINT);
     assert_eq!(waiter.0.wait().unwrap().code(), Some(130));
     wait_until(LONG, "the waiter's node is gone", || {
         zk.tree(&place.path).len() == 1
     });
     // Killed, its holder follows it (a parent-death signal).
-    let mut waiter = waiting_hold(&place, &zk);
+    let mut waiter = waiting_hold(&place, zk);
     signal(waiter.0.id() as i32, libc::SIGKILL);
     let _ = waiter.0.wait();
     wait_until(LONG, "the waiter's node is gone", || {
@@ -177,19 +177,19 @@ fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
     assert_eq!(read(&place.file("waiter")), "");
     signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }
 
 #[test]
 fn break_ends_a_hold_as_any_holder() {
     let place = Place::new("hold-break");
-    let zk = inspector(&place);
+    let zk = place.zk();
     place
         .run(r#""$ZKLOCK" hold --until-released --max-hold 10m -z "$ZK" "$P" > "$OUT/vars""#)
         .assert_code(0);
     let out = place.run(r#""$ZKLOCK" break --yes -z "$ZK" "$P""#);
     out.assert_code(0);
-    assert!(place.is_free(&zk));
+    assert!(place.is_free(zk));
     let release = place.run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#);
     release.assert_code(76);
     assert!(
@@ -199,5 +199,5 @@ fn break_ends_a_hold_as_any_holder() {
         "{}",
         release.stderr
     );
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }

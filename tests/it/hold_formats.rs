@@ -2,7 +2,7 @@
 //! are whatever a path or label holds, and the json and github-env formats,
 //! read back by real parsers (docs/design.md, "Holds").
 
-use crate::hold::{Place, inspector, read};
+use crate::hold::{Place, read};
 
 /// A path with quotes, `$()`, backquotes and spaces, beside a plain one:
 /// with two paths, every value holds a newline too.
@@ -16,7 +16,7 @@ fn nasty_path(place: &Place) -> String {
 #[test]
 fn eval_takes_every_value_as_it_is() {
     let place = Place::new("hold-eval");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let nasty = nasty_path(&place);
     let mut cmd = place.bash(
         r#"set -e
@@ -43,14 +43,14 @@ fn eval_takes_every_value_as_it_is() {
         status.contains(r#"it's "q" $(touch pwned3) `x`\nsecond line"#),
         "{status}"
     );
-    place.assert_clean(&zk);
-    crate::harness::assert_no_nodes(&zk, &nasty);
+    place.assert_clean(zk);
+    crate::harness::assert_no_nodes(zk, &nasty);
 }
 
 #[test]
 fn json_is_read_by_python() {
     let place = Place::new("hold-json");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let nasty = nasty_path(&place);
     let mut cmd = place.bash(
         r#"set -e
@@ -67,8 +67,8 @@ PY
     );
     cmd.env("NASTY", &nasty);
     crate::harness::run_bounded(&mut cmd, crate::hold::LONG).assert_code(0);
-    place.assert_clean(&zk);
-    crate::harness::assert_no_nodes(&zk, &nasty);
+    place.assert_clean(zk);
+    crate::harness::assert_no_nodes(zk, &nasty);
 }
 
 /// A reader of GitHub's environment file format (`NAME=value`, or
@@ -95,7 +95,7 @@ read_github_env() {
 #[test]
 fn github_env_is_read_as_the_runner_reads_it() {
     let place = Place::new("hold-github");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let nasty = nasty_path(&place);
     let script = format!(
         r#"set -e
@@ -113,6 +113,6 @@ fn github_env_is_read_as_the_runner_reads_it() {
     let tokens = read(&place.file("tokens"));
     assert_eq!(tokens.lines().count(), 2, "{tokens}");
     assert!(tokens.lines().all(|t| t.parse::<i64>().unwrap() > 0));
-    place.assert_clean(&zk);
-    crate::harness::assert_no_nodes(&zk, &nasty);
+    place.assert_clean(zk);
+    crate::harness::assert_no_nodes(zk, &nasty);
 }

@@ -2,12 +2,12 @@
 //! the wait as `zklock run` does, and Ctrl-C ends the wait with cleanup.
 
 use crate::harness::{Pty, wait_for_exit};
-use crate::hold::{LONG, Place, inspector};
+use crate::hold::{LONG, Place};
 
 #[test]
 fn the_wait_shows_at_the_terminal_and_ctrl_c_ends_it() {
     let place = Place::new("hold-terminal");
-    let zk = inspector(&place);
+    let zk = place.zk();
     let mut holder = place.held_by_a_shell();
     let mut pty = Pty::open();
     pty.set_size(24, 120);
@@ -26,5 +26,5 @@ fn the_wait_shows_at_the_terminal_and_ctrl_c_ends_it() {
     });
     crate::harness::signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
-    place.assert_clean(&zk);
+    place.assert_clean(zk);
 }

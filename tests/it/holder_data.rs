@@ -11,9 +11,8 @@ use serde_json::{Map, Value};
 
 use crate::faults_util::watchers_of;
 use crate::harness::{
-    Holder, Inspector, KillOnDrop, LockLog, ServerOptions, TempDir, ZkServer, assert_no_lock_nodes,
-    contenders, run_bounded, shared_server, unique_path, wait_for_contenders, wait_for_exit,
-    wait_until, zklock_run,
+    Holder, Inspector, KillOnDrop, Scene, ServerOptions, TempDir, ZkServer, assert_no_lock_nodes,
+    contenders, run_bounded, shared_server, wait_for_contenders, wait_for_exit, wait_until,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -99,18 +98,17 @@ fn release(mut child: KillOnDrop, dir: &Path) {
 /// the stored command is cut to a few KiB and the lock is taken at once.
 #[test]
 fn a_huge_command_line_is_stored_cut_and_the_lock_taken() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("huge-argv");
+    let s = Scene::new("huge-argv");
     let dir = TempDir::new();
     // Each argument stays below Linux's 128 KiB limit for one argument; all
     // together below ARG_MAX (2 MiB).
     let args: Vec<String> = (0..11).map(|_| "x".repeat(100_000)).collect();
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-w", "20s"]);
     let mut child = spawn_holding(cmd, dir.path(), &args);
     let node = wait_holding(&mut child, dir.path());
 
-    let zk = Inspector::connect(&connect);
+    let zk = Inspector::connect(&s.connect);
     let (data, _) = zk.get_data(&node).expect("our node");
     assert!(data.len() < 8192, "{} bytes stored", data.len());
     let fields = fields(&zk, &node);
@@ -133,7 +131,7 @@ fn a_huge_command_line_is_stored_cut_and_the_lock_taken() {
     let full = "sh -c ".len() + script_len + " sh".len() + args.len() * 100_001;
     assert_eq!(kept.len() + left_out, full);
     release(child, dir.path());
-    assert_no_lock_nodes(&zk, &path);
+    assert_no_lock_nodes(&zk, &s.path);
 }
 
 /// A request the server refuses (here a label larger than a small
@@ -148,12 +146,12 @@ fn a_request_the_server_refuses_is_a_clear_error() {
         container_check_interval: Some(Duration::from_millis(200)),
         ..ServerOptions::default()
     });
-    let connect = server.connect_string();
-    let path = unique_path("refused");
+    let s = Scene::on(server.connect_string(), "refused");
+    let path = &s.path;
     let scratch = TempDir::new();
     let ran = scratch.path().join("ran");
     let label = "y".repeat(3000);
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-w", "30s", "--label", &label, "--", "touch"])
         .arg(&ran);
     let out = run_bounded(&mut cmd, Duration::from_secs(60));
@@ -167,9 +165,9 @@ fn a_request_the_server_refuses_is_a_clear_error() {
     // A handful of reconnects, not a wait for the 30 s deadline.
     assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
     assert!(!ran.exists(), "the command ran");
-    let zk = Inspector::connect(&connect);
-    assert_no_lock_nodes(&zk, &path);
-    wait_until(LONG, "the lock's container reaped", || !zk.exists(&path));
+    let zk = Inspector::connect(&s.connect);
+    assert_no_lock_nodes(&zk, path);
+    wait_until(LONG, "the lock's container reaped", || !zk.exists(path));
 }
 
 /// "held by ... since T" gave the time the holder queued and zklock's pid.
@@ -177,13 +175,10 @@ fn a_request_the_server_refuses_is_a_clear_error() {
 /// time the lock was taken (server clock: the same host here).
 #[test]
 fn no_wait_names_the_commands_pid_and_when_the_lock_was_taken() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("acquired-time");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut first = Holder::start(&mut zklock_run(&connect, &path), &log);
-    let mut second = Holder::spawn(&mut zklock_run(&connect, &path), &log);
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    let s = Scene::new("acquired-time");
+    let mut first = s.hold();
+    let mut second = Holder::spawn(&mut s.run(), &s.log);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
     // The scenario itself: the second holder queues for 2 s. Not a
     // synchronisation, which is done by conditions only.
     std::thread::sleep(Duration::from_secs(2));
@@ -194,9 +189,9 @@ fn no_wait_names_the_commands_pid_and_when_the_lock_was_taken() {
         .as_secs();
     first.finish();
     second.wait_started(LONG);
-    wait_acquired(&zk, &second.node());
+    wait_acquired(s.zk(), &second.node());
 
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-n", "--", "true"]);
     let out = run_bounded(&mut cmd, LONG);
     out.assert_code(75);
@@ -223,35 +218,33 @@ fn no_wait_names_the_commands_pid_and_when_the_lock_was_taken() {
     );
     assert!(!line.contains("queued since"), "{line}");
     second.finish();
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 /// `--label` is stored instead of the command line, and shown instead of it;
 /// a secret in the arguments reaches no node, queued or holding.
 #[test]
 fn a_label_replaces_the_command_line_everywhere() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("label");
-    let zk = Inspector::connect(&connect);
+    let s = Scene::new("label");
     let secret = "--password=hunter2".to_string();
     let label = "nightly backup (https://ci.example/job/42)";
 
     let holder_dir = TempDir::new();
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["--label", label]);
     let mut holder = spawn_holding(cmd, holder_dir.path(), std::slice::from_ref(&secret));
     let node = wait_holding(&mut holder, holder_dir.path());
-    let held = wait_acquired(&zk, &node);
+    let held = wait_acquired(s.zk(), &node);
 
     let waiter_dir = TempDir::new();
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["--label", label]);
     let mut waiter = spawn_holding(cmd, waiter_dir.path(), std::slice::from_ref(&secret));
-    let queued_node = wait_for_contenders(&zk, &path, "-lock-", 2)
+    let queued_node = wait_for_contenders(s.zk(), &s.path, "-lock-", 2)
         .into_iter()
         .find(|n| *n != node)
         .expect("the waiter's node");
-    let queued = fields(&zk, &queued_node);
+    let queued = fields(s.zk(), &queued_node);
 
     for (what, fields) in [("holding", &held), ("queued", &queued)] {
         assert_eq!(fields["label"], label, "{what}: {fields:?}");
@@ -264,7 +257,7 @@ fn a_label_replaces_the_command_line_everywhere() {
         );
     }
 
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-n", "--", "true"]);
     let out = run_bounded(&mut cmd, LONG);
     out.assert_code(75);
@@ -273,7 +266,7 @@ fn a_label_replaces_the_command_line_everywhere() {
     assert!(!line.contains("hunter2"), "{line}");
 
     // -v names the first in the queue the same way.
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-v", "-w", "0.3", "--", "true"]);
     let out = run_bounded(&mut cmd, LONG);
     out.assert_code(75);
@@ -288,7 +281,7 @@ fn a_label_replaces_the_command_line_everywhere() {
     release(holder, holder_dir.path());
     wait_holding(&mut waiter, waiter_dir.path());
     release(waiter, waiter_dir.path());
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 /// The holder's own write fires the data watch its lease keeps on its node:
@@ -297,19 +290,20 @@ fn a_label_replaces_the_command_line_everywhere() {
 #[test]
 fn the_holders_own_write_is_not_a_loss() {
     let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("own-write");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
+    let s = Scene::on(server.connect_string(), "own-write");
     // Queued first, so the watch set while waiting is the one the write fires.
-    let mut first = Holder::start(&mut zklock_run(&connect, &path), &log);
-    let mut holder = Holder::spawn(&mut zklock_run(&connect, &path), &log);
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    let mut first = s.hold();
+    let mut holder = Holder::spawn(&mut s.run(), &s.log);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
     first.finish();
     holder.wait_started(LONG);
     let node = holder.node();
-    let session = zk.stat(&node).expect("the holder's node").ephemeral_owner;
-    wait_acquired(&zk, &node);
+    let session = s
+        .zk()
+        .stat(&node)
+        .expect("the holder's node")
+        .ephemeral_owner;
+    wait_acquired(s.zk(), &node);
     // The write consumed every data watch on the node; one set again by the
     // holder's session can only come from a lease that took the write for
     // what it is.
@@ -317,16 +311,16 @@ fn the_holders_own_write_is_not_a_loss() {
         watchers_of(&server.four_letter("wchp"), &node).contains(&session)
     });
     assert!(
-        holder.stderr().is_empty() && contenders(&zk, &path, "-lock-") == [node.clone()],
+        holder.stderr().is_empty() && contenders(s.zk(), &s.path, "-lock-") == [node.clone()],
         "{}",
         holder.stderr()
     );
-    assert!(zk.delete(&node));
+    assert!(s.zk().delete(&node));
     holder.assert_exit(76, LONG);
     assert!(
         holder.stderr().contains(&format!("{node} was deleted")),
         "{}",
         holder.stderr()
     );
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }

@@ -3,19 +3,20 @@
 
 use std::process::Stdio;
 
-use crate::harness::{Inspector, shared_server, unique_path, zklock_run};
+use crate::harness::Scene;
 
 #[test]
 fn conflict_message_is_one_printable_line() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("holder-message");
-    let zk = Inspector::connect(&connect);
-    zk.create_all(&path);
+    let s = Scene::new("holder-message");
+    let path = &s.path;
+    s.zk().create_all(path);
     // What a zklock running `sh -c 'a\nb'` writes, plus a terminal escape.
     let data = br#"{"pid":7,"host":"h","command":"sh -c echo one\necho two \u001b[2J"}"#;
-    let (node, _) = zk.create_ephemeral_sequential(&format!("{path}/_c_fake-lock-"), data);
-    let output = zklock_run(&connect, &path)
+    let (node, _) = s
+        .zk()
+        .create_ephemeral_sequential(&format!("{path}/_c_fake-lock-"), data);
+    let output = s
+        .run()
         .args(["-n", "--", "true"])
         .stdin(Stdio::null())
         .output()
@@ -28,6 +29,6 @@ fn conflict_message_is_one_printable_line() {
         !body.chars().any(char::is_control),
         "one printable line expected: {stderr:?}"
     );
-    zk.delete(&node);
-    zk.delete(&path);
+    s.zk().delete(&node);
+    s.zk().delete(path);
 }

@@ -8,8 +8,9 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use crate::harness::{
-    EntryKind, Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, assert_no_lock_nodes,
-    shared_server, unique_path, wait_for_contenders, wait_for_exit, zklock_run,
+    EntryKind, Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, Scene,
+    assert_no_lock_nodes, shared_server, unique_path, wait_for_contenders, wait_for_exit,
+    zklock_run,
 };
 
 mod curator;
@@ -73,153 +74,136 @@ fn start_order(log: &LockLog) -> Vec<u32> {
 
 #[test]
 fn kazoo_lock_excludes_zklock() {
-    let path = unique_path("kazoo-lock-held");
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let log = LockLog::new();
-    let mut k = kazoo(KazooKind::Lock, &path, None, &log);
+    let s = Scene::new("kazoo-lock-held");
+    let mut k = kazoo(KazooKind::Lock, &s.path, None, &s.log);
     k.expect("acquired", LONG);
     assert_code(
-        &run_no_wait(&path, &[], &log),
+        &run_no_wait(&s.path, &[], &s.log),
         75,
         "zklock -n while kazoo holds",
     );
 
-    let mut z = waiting_zklock(&path, &[], &log);
-    wait_for_contenders(&zk, &path, "-lock-", 1);
+    let mut z = waiting_zklock(&s.path, &[], &s.log);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 1);
     assert_eq!(
-        log.starts(),
+        s.log.starts(),
         1,
         "zklock waits for kazoo:\n{}",
-        log.contents()
+        s.log.contents()
     );
     k.release(LONG);
     assert_exits_ok(&mut z);
-    log.assert_exclusive();
-    assert_eq!(log.starts(), 2);
-    assert_no_lock_nodes(&zk, &path);
+    s.log.assert_exclusive();
+    assert_eq!(s.log.starts(), 2);
+    s.assert_no_lock_nodes();
 }
 
 #[test]
 fn zklock_excludes_kazoo_lock() {
-    let path = unique_path("kazoo-lock-waits");
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let log = LockLog::new();
-    let mut z = Holder::start(
-        &mut zklock_run(&shared_server().connect_string(), &path),
-        &log,
-    );
+    let s = Scene::new("kazoo-lock-waits");
+    let mut z = Holder::start(&mut s.run(), &s.log);
 
-    let mut impatient = kazoo(KazooKind::Lock, &path, Some(Duration::from_secs(1)), &log);
+    let mut impatient = kazoo(
+        KazooKind::Lock,
+        &s.path,
+        Some(Duration::from_secs(1)),
+        &s.log,
+    );
     impatient.expect("timeout", LONG);
     impatient.assert_exit(3, LONG);
 
-    let mut k = kazoo(KazooKind::Lock, &path, None, &log);
-    wait_for_contenders(&zk, &path, "__lock__", 1);
+    let mut k = kazoo(KazooKind::Lock, &s.path, None, &s.log);
+    wait_for_contenders(s.zk(), &s.path, "__lock__", 1);
     assert_eq!(k.next_line(Duration::ZERO), None, "kazoo waits for zklock");
     z.finish();
     k.expect("acquired", LONG);
-    log.assert_exclusive();
-    assert_eq!(start_order(&log).first(), Some(&z.shell_pid()));
+    s.log.assert_exclusive();
+    assert_eq!(start_order(&s.log).first(), Some(&z.shell_pid()));
     k.release(LONG);
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]
 fn kazoo_read_lock_and_zklock_shared_share() {
-    let path = unique_path("kazoo-read-share");
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let log = LockLog::new();
-    let mut kr = kazoo(KazooKind::ReadLock, &path, None, &log);
+    let s = Scene::new("kazoo-read-share");
+    let mut kr = kazoo(KazooKind::ReadLock, &s.path, None, &s.log);
     kr.expect("acquired", LONG);
     assert_code(
-        &run_no_wait(&path, &["-s"], &log),
+        &run_no_wait(&s.path, &["-s"], &s.log),
         0,
         "zklock -s beside a kazoo reader",
     );
     assert_code(
-        &run_no_wait(&path, &["-x"], &log),
+        &run_no_wait(&s.path, &["-x"], &s.log),
         75,
         "zklock -x beside a kazoo reader",
     );
-    assert_eq!(log.max_concurrency(), 2, "{}", log.contents());
+    assert_eq!(s.log.max_concurrency(), 2, "{}", s.log.contents());
     kr.release(LONG);
 
-    let mut z = Holder::start(
-        zklock_run(&shared_server().connect_string(), &path).arg("-s"),
-        &log,
-    );
+    let mut z = Holder::start(s.run().arg("-s"), &s.log);
     let mut kr = kazoo(
         KazooKind::ReadLock,
-        &path,
+        &s.path,
         Some(Duration::from_secs(20)),
-        &log,
+        &s.log,
     );
     kr.expect("acquired", LONG);
     kr.release(LONG);
     z.finish();
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]
 fn kazoo_write_lock_excludes_zklock_shared() {
-    let path = unique_path("kazoo-write");
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let log = LockLog::new();
-    let mut kw = kazoo(KazooKind::WriteLock, &path, None, &log);
+    let s = Scene::new("kazoo-write");
+    let mut kw = kazoo(KazooKind::WriteLock, &s.path, None, &s.log);
     kw.expect("acquired", LONG);
     assert_code(
-        &run_no_wait(&path, &["-s"], &log),
+        &run_no_wait(&s.path, &["-s"], &s.log),
         75,
         "zklock -s beside a kazoo writer",
     );
 
-    let mut z = waiting_zklock(&path, &["-s"], &log);
-    wait_for_contenders(&zk, &path, "__READ__", 1);
+    let mut z = waiting_zklock(&s.path, &["-s"], &s.log);
+    wait_for_contenders(s.zk(), &s.path, "__READ__", 1);
     assert_eq!(
-        log.starts(),
+        s.log.starts(),
         1,
         "zklock -s waits for kazoo:\n{}",
-        log.contents()
+        s.log.contents()
     );
     kw.release(LONG);
     assert_exits_ok(&mut z);
-    log.assert_exclusive();
+    s.log.assert_exclusive();
 
     // And the other way: kazoo's writer sees zklock's reader.
-    let mut z = Holder::start(
-        zklock_run(&shared_server().connect_string(), &path).arg("-s"),
-        &log,
-    );
+    let mut z = Holder::start(s.run().arg("-s"), &s.log);
     let mut kw = kazoo(
         KazooKind::WriteLock,
-        &path,
+        &s.path,
         Some(Duration::from_secs(1)),
-        &log,
+        &s.log,
     );
     kw.expect("timeout", LONG);
     kw.assert_exit(3, LONG);
     z.finish();
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]
 fn kazoo_read_lock_waits_for_zklock_exclusive() {
-    let path = unique_path("kazoo-read-waits");
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let log = LockLog::new();
-    let mut z = Holder::start(
-        &mut zklock_run(&shared_server().connect_string(), &path),
-        &log,
-    );
-    let mut kr = kazoo(KazooKind::ReadLock, &path, None, &log);
-    wait_for_contenders(&zk, &path, "__rlock__", 1);
+    let s = Scene::new("kazoo-read-waits");
+    let mut z = Holder::start(&mut s.run(), &s.log);
+    let mut kr = kazoo(KazooKind::ReadLock, &s.path, None, &s.log);
+    wait_for_contenders(s.zk(), &s.path, "__rlock__", 1);
     assert_eq!(kr.next_line(Duration::ZERO), None, "kazoo's reader waits");
     z.finish();
     kr.expect("acquired", LONG);
-    log.assert_exclusive();
-    assert_eq!(start_order(&log).first(), Some(&z.shell_pid()));
+    s.log.assert_exclusive();
+    assert_eq!(start_order(&s.log).first(), Some(&z.shell_pid()));
     kr.release(LONG);
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 /// Nodes of earlier zklock builds (`_c_<uuid>__READ__<seq>`, no hyphen) are

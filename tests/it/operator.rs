@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::harness::{
-    Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, Pty, shared_server, unique_path,
-    wait_for_contenders, wait_for_exit, wait_until, zklock, zklock_run,
+    Holder, Inspector, KazooKind, KazooLock, KillOnDrop, LockLog, Pty, Scene, shared_server,
+    unique_path, wait_for_contenders, wait_for_exit, wait_until, zklock, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -51,12 +51,12 @@ fn waiter(connect: &str, path: &str, args: &[&str]) -> KillOnDrop {
 
 #[test]
 fn status_of_a_free_path() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("status-free");
-    let text = op(&connect, &["status", &path]);
+    let s = Scene::new("status-free");
+    let path = &s.path;
+    let text = op(&s.connect, &["status", path]);
     assert_eq!(text.status.code(), Some(0), "{text:?}");
     assert_eq!(stdout(&text).trim(), format!("{path}: free"));
-    let doc = json(&op(&connect, &["status", "--json", &path]));
+    let doc = json(&op(&s.connect, &["status", "--json", path]));
     let lock = &doc["locks"][0];
     assert_eq!(lock["path"], path.as_str());
     assert_eq!(lock["kind"], "free");
@@ -67,23 +67,19 @@ fn status_of_a_free_path() {
 
 #[test]
 fn status_of_an_exclusive_lock_with_three_waiters() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("status-excl");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut holder = Holder::start(
-        zklock_run(&connect, &path).args(["--label", "nightly backup"]),
-        &log,
-    );
-    let _waiters: Vec<KillOnDrop> = (0..3).map(|_| waiter(&connect, &path, &[])).collect();
-    wait_for_contenders(&zk, &path, "-lock-", 4);
+    let s = Scene::new("status-excl");
+    let path = &s.path;
+    let mut holder = Holder::start(s.run().args(["--label", "nightly backup"]), &s.log);
+    let _waiters: Vec<KillOnDrop> = (0..3).map(|_| waiter(&s.connect, path, &[])).collect();
+    wait_for_contenders(s.zk(), path, "-lock-", 4);
     // The holder records its command's pid just after starting it.
     wait_until(LONG, "the holder's acquired write", || {
-        zk.get_data(&holder.node())
+        s.zk()
+            .get_data(&holder.node())
             .is_some_and(|(data, _)| String::from_utf8_lossy(&data).contains("\"acquired\""))
     });
 
-    let output = op(&connect, &["status", "--json", &path]);
+    let output = op(&s.connect, &["status", "--json", path]);
     assert_eq!(output.status.code(), Some(1), "held means 1: {output:?}");
     let doc = json(&output);
     let lock = &doc["locks"][0];
@@ -122,7 +118,7 @@ fn status_of_an_exclusive_lock_with_three_waiters() {
         "queue order: {tokens:?}"
     );
 
-    let text = stdout(&op(&connect, &["status", &path]));
+    let text = stdout(&op(&s.connect, &["status", path]));
     assert!(
         text.starts_with(&format!("{path}: exclusive, held, 3 waiting\n")),
         "{text}"
@@ -176,23 +172,22 @@ fn status_of_a_shared_lock_and_a_semaphore() {
 
 #[test]
 fn status_shows_curator_kazoo_and_foreign_data() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("status-foreign");
-    let zk = Inspector::connect(&connect);
-    zk.create_all(&path);
+    let s = Scene::new("status-foreign");
+    let path = &s.path;
+    s.zk().create_all(path);
     // A Curator InterProcessMutex node: Curator stores the client's address.
-    zk.create_ephemeral_sequential(
+    s.zk().create_ephemeral_sequential(
         &format!("{path}/_c_3c4f1a52-6a4e-4a5e-9f55-0c7a3c1c1a11-lock-"),
         b"10.0.0.7",
     );
-    let kazoo = KazooLock::spawn(KazooKind::Lock, &connect, &path, None, None);
-    wait_for_contenders(&zk, &path, "__lock__", 1);
+    let kazoo = KazooLock::spawn(KazooKind::Lock, &s.connect, path, None, None);
+    wait_for_contenders(s.zk(), path, "__lock__", 1);
     // Binary data that is not zklock's JSON is not fatal either.
-    zk.create_ephemeral_sequential(
+    s.zk().create_ephemeral_sequential(
         &format!("{path}/_c_0b9d2e11-1111-4222-8333-944455556666-lock-"),
         &[0xff, 0x00, 0x1b],
     );
-    let output = op(&connect, &["status", "--json", &path]);
+    let output = op(&s.connect, &["status", "--json", path]);
     let doc = json(&output);
     let lock = &doc["locks"][0];
     assert_eq!(lock["holders"][0]["client"], "curator", "{lock}");
@@ -200,7 +195,7 @@ fn status_shows_curator_kazoo_and_foreign_data() {
     assert_eq!(lock["waiting"][0]["client"], "kazoo", "{lock}");
     assert_eq!(lock["waiting"][1]["client"], "curator", "{lock}");
     assert!(lock["waiting"][1].get("data").is_none(), "{lock}");
-    let text = stdout(&op(&connect, &["status", &path]));
+    let text = stdout(&op(&s.connect, &["status", path]));
     assert!(
         text.contains("(curator)") && text.contains("(kazoo)"),
         "{text}"
@@ -287,29 +282,26 @@ fn list_finds_every_lock_under_a_prefix() {
 
 #[test]
 fn break_deletes_the_holder_and_the_live_holder_stops_with_76() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("break");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut holder = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let s = Scene::new("break");
+    let mut holder = s.hold();
     let next = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["-w", "60s", "--", "sh", "-c"])
-            .arg(log.shell_body("true"))
+            .arg(s.log.shell_body("true"))
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn waiter"),
     );
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
 
     // Off a terminal, --yes is required.
-    let refused = op(&connect, &["break", &path]);
+    let refused = op(&s.connect, &["break", &s.path]);
     assert_eq!(refused.status.code(), Some(64), "{refused:?}");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--yes"), "{stderr}");
 
-    let broken = op(&connect, &["break", "--yes", &path]);
+    let broken = op(&s.connect, &["break", "--yes", &s.path]);
     assert_eq!(broken.status.code(), Some(0), "{broken:?}");
     assert_eq!(stdout(&broken).trim(), format!("deleted {}", holder.node()));
     holder.assert_exit(76, LONG);
@@ -319,9 +311,9 @@ fn break_deletes_the_holder_and_the_live_holder_stops_with_76() {
     // The next waiter starts as soon as the node is gone, while the old
     // holder's zklock is still stopping its command: the documented window
     // (docs/design.md, "Operator commands") in which the two may overlap, and no more.
-    log.assert_max_concurrency(2);
-    assert_eq!(log.starts(), 2);
-    let free = op(&connect, &["break", "--yes", &path]);
+    s.log.assert_max_concurrency(2);
+    assert_eq!(s.log.starts(), 2);
+    let free = op(&s.connect, &["break", "--yes", &s.path]);
     assert_eq!(free.status.code(), Some(1), "{free:?}");
 }
 
@@ -329,32 +321,32 @@ fn break_deletes_the_holder_and_the_live_holder_stops_with_76() {
 /// deleting a zklock waiter's node says that it queues again, as it does.
 #[test]
 fn break_node_takes_a_full_path_and_says_a_waiter_queues_again() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("break-waiter");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut holder = Holder::start(&mut zklock_run(&connect, &path), &log);
-    let mut waiting = waiter(&connect, &path, &[]);
-    let queued = wait_for_contenders(&zk, &path, "-lock-", 2);
+    let s = Scene::new("break-waiter");
+    let mut holder = s.hold();
+    let mut waiting = waiter(&s.connect, &s.path, &[]);
+    let queued = wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
     let node = queued
         .into_iter()
         .find(|n| *n != holder.node())
         .expect("the waiter's node");
 
     let elsewhere = format!("/elsewhere/{}", node.rsplit('/').next().unwrap());
-    let refused = op(&connect, &["break", "--yes", "--node", &elsewhere, &path]);
+    let refused = op(
+        &s.connect,
+        &["break", "--yes", "--node", &elsewhere, &s.path],
+    );
     assert_eq!(refused.status.code(), Some(64), "{refused:?}");
-    assert!(zk.exists(&node));
+    assert!(s.zk().exists(&node));
 
-    let broken = op(&connect, &["break", "--yes", "--node", &node, &path]);
+    let broken = op(&s.connect, &["break", "--yes", "--node", &node, &s.path]);
     assert_eq!(broken.status.code(), Some(0), "{broken:?}");
     assert_eq!(
         stdout(&broken).trim(),
         format!("deleted waiter node {node}; that zklock run queues again at the end of the queue")
     );
-    assert!(!zk.exists(&node));
+    assert!(!s.zk().exists(&node));
     // It does: a new node, while the holder holds on.
-    let requeued = wait_for_contenders(&zk, &path, "-lock-", 2);
+    let requeued = wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
     assert!(!requeued.contains(&node), "{requeued:?}");
     holder.release();
     let status = wait_for_exit(&mut waiting.0, LONG).expect("the waiter runs");
@@ -363,16 +355,13 @@ fn break_node_takes_a_full_path_and_says_a_waiter_queues_again() {
 
 #[test]
 fn break_asks_at_a_terminal_and_never_deletes_a_changed_holder() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("break-tty");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut first = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let s = Scene::new("break-tty");
+    let mut first = s.hold();
 
     let ask = |answer: &[u8]| {
         let mut pty = Pty::open();
         let mut cmd: Command = zklock();
-        cmd.args(["break", "-z", &connect, &path]);
+        cmd.args(["break", "-z", &s.connect, &s.path]);
         let mut child = pty.spawn(cmd);
         pty.read_until("? [y/N] ", LONG);
         pty.write(answer);
@@ -382,24 +371,24 @@ fn break_asks_at_a_terminal_and_never_deletes_a_changed_holder() {
     let (code, shown) = ask(b"n\n");
     assert_eq!(code, Some(1), "{shown}");
     assert!(shown.contains(&first.node()), "shows the holder: {shown}");
-    assert!(zk.exists(&first.node()), "answered no: {shown}");
+    assert!(s.zk().exists(&first.node()), "answered no: {shown}");
 
     // The holder changes between the prompt and the answer.
     let mut pty = Pty::open();
     let mut cmd: Command = zklock();
-    cmd.args(["break", "-z", &connect, &path]);
+    cmd.args(["break", "-z", &s.connect, &s.path]);
     let mut child = pty.spawn(cmd);
     pty.read_until("? [y/N] ", LONG);
     let shown_node = first.node();
     first.release();
-    let second = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let second = s.hold();
     pty.write(b"y\n");
     let status = wait_for_exit(&mut child, LONG).expect("break ends");
     let out = pty.read_to_end(LONG);
     assert_eq!(status.code(), Some(75), "{out}");
     assert!(out.contains("holder changed"), "{out}");
-    assert!(zk.exists(&second.node()), "the new holder is untouched");
-    assert!(!zk.exists(&shown_node));
+    assert!(s.zk().exists(&second.node()), "the new holder is untouched");
+    assert!(!s.zk().exists(&shown_node));
     drop(second);
 }
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::faults_util::{HOLD, LONG, Locker, finish_two_runs, members_serving, wait_children};
 use crate::harness::{
     ClientSecurity, Ensemble, FaultProxy, Gated, Inspector, LockLog, Mode, SASL_PASSWORD,
-    SASL_USER, Security, ServerOptions, ZkServer, assert_no_nodes, run_bounded, shared_server,
-    unique_path, wait_until, zklock_run,
+    SASL_USER, Scene, Security, ServerOptions, ZkServer, assert_no_nodes, run_bounded,
+    shared_server, unique_path, wait_until, zklock_run,
 };
 
 // ZooDefs.OpCode.
@@ -131,15 +131,14 @@ fn a_cut_in_the_release_burst_is_confirmed_on_the_next_connection() {
 #[test]
 fn failover_sets_the_watches_again_and_the_waiter_gets_its_turn() {
     let mut ensemble = Ensemble::start(3);
-    let connect = ensemble.connect_string();
-    let path = unique_path("failover-watches");
-    let log = LockLog::new();
+    let s = Scene::on(ensemble.connect_string(), "failover-watches");
+    let path = &s.path;
     let args = ["--session-timeout", "10s", "--kill-after", "1s"];
-    let mut holder = Locker::spawn("holder", &connect, &path, &args, &log, HOLD);
+    let mut holder = Locker::spawn("holder", &s.connect, path, &args, &s.log, HOLD);
     holder.wait_info(LONG);
-    let mut waiter = Locker::spawn("waiter", &connect, &path, &args, &log, "true");
-    let zk = Inspector::connect(&connect);
-    let queue = wait_children(&zk, &path, 2, LONG);
+    let mut waiter = Locker::spawn("waiter", &s.connect, path, &args, &s.log, "true");
+    let zk = Inspector::connect(&s.connect);
+    let queue = wait_children(&zk, path, 2, LONG);
     let waiter_node = format!("{path}/{}", queue.iter().max().expect("two nodes"));
     let (_, stat) = zk.get_data(&waiter_node).expect("the waiter's node");
     let mut on = Vec::new();
@@ -162,8 +161,8 @@ fn failover_sets_the_watches_again_and_the_waiter_gets_its_turn() {
         zk.exists(&waiter_node),
         "the waiter's node survives the move"
     );
-    finish_two_runs(&mut holder, &mut waiter, &log);
-    assert_no_nodes(&zk, &path);
+    finish_two_runs(&mut holder, &mut waiter, &s.log);
+    assert_no_nodes(&zk, path);
 }
 
 /// The first burst through a follower (which forwards the writes to the

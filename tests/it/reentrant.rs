@@ -12,8 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    Holder, Inspector, KillOnDrop, LockLog, TempDir, assert_no_lock_nodes, ephemerals, is_dead,
-    read_pid_file, run_bounded, shared_server, unique_path, wait_for_exit, wait_until, zklock_run,
+    Holder, Inspector, KillOnDrop, LockLog, Scene, TempDir, assert_no_lock_nodes, ephemerals,
+    is_dead, read_pid_file, run_bounded, shared_server, unique_path, wait_for_exit, wait_until,
+    zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -116,12 +117,10 @@ impl Nested {
 /// The nested command ran under the outer lock: no node of its own while it ran, the
 /// same `ZKLOCK_*` values, and nothing left behind afterwards.
 fn assert_reentered(outer_opts: &[&str], inner_opts: &[&str]) {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("reentrant");
-    let mut nested = Nested::start(&connect, &path, outer_opts, inner_opts);
+    let s = Scene::new("reentrant");
+    let mut nested = Nested::start(&s.connect, &s.path, outer_opts, inner_opts);
     nested.wait_inner_started();
-    let nodes = ephemerals(&zk, &path);
+    let nodes = ephemerals(s.zk(), &s.path);
     assert_eq!(
         nodes,
         [nested.read("outer_NODE")],
@@ -140,7 +139,7 @@ fn assert_reentered(outer_opts: &[&str], inner_opts: &[&str]) {
         "",
         "the nested run said something"
     );
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]
@@ -172,10 +171,8 @@ fn semaphore_lease_reenters() {
 
 #[test]
 fn exclusive_inside_shared_is_refused_at_once() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("reentrant-upgrade");
-    let mut nested = Nested::start(&connect, &path, &["-s"], &["-x"]);
+    let s = Scene::new("reentrant-upgrade");
+    let mut nested = Nested::start(&s.connect, &s.path, &["-s"], &["-x"]);
     let started = Instant::now();
     wait_until(LONG, "the nested run ends", || {
         nested.file("inner_exit").exists()
@@ -199,7 +196,7 @@ fn exclusive_inside_shared_is_refused_at_once() {
     assert!(!nested.file("inner_started").exists(), "the command ran");
     // "At once": well before the nested run's own -w could have expired.
     assert!(took < Duration::from_secs(6), "refused only after {took:?}");
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 /// A nested run with a holder's `ZKLOCK_*` variables, as if its command had started it.
@@ -225,19 +222,16 @@ fn holder_env(holder: &Holder) -> Vec<(&'static str, String)> {
 
 #[test]
 fn stale_environment_takes_the_usual_path() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("reentrant-stale");
-    let log = LockLog::new();
+    let s = Scene::new("reentrant-stale");
 
     // The enclosing run is gone: its node no longer exists.
-    let mut gone = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let mut gone = s.hold();
     let stale = holder_env(&gone);
     gone.finish();
     let scratch = TempDir::new();
     let script = record_env(scratch.path(), "inner");
     let out = run_bounded(
-        nested_with_env(&connect, &path, &stale).args([
+        nested_with_env(&s.connect, &s.path, &stale).args([
             "-w",
             NESTED_WAIT,
             "--",
@@ -256,31 +250,28 @@ fn stale_environment_takes_the_usual_path() {
 
     // The named node exists and holds, but belongs to another session than the
     // environment says: not the enclosing run's lock, so queue behind it.
-    let mut other = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let mut other = s.hold();
     let mut forged = holder_env(&other);
-    forged[2].1 = format!("{:#x}", zk.session_id());
+    forged[2].1 = format!("{:#x}", s.zk().session_id());
     let out = run_bounded(
-        nested_with_env(&connect, &path, &forged).args(["-n", "--", "true"]),
+        nested_with_env(&s.connect, &s.path, &forged).args(["-n", "--", "true"]),
         LONG,
     );
     out.assert_code(75);
     other.finish();
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]
 fn nested_run_is_lock_lost_when_the_enclosing_node_goes() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("reentrant-lost");
-    let log = LockLog::new();
-    let mut outer = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let s = Scene::new("reentrant-lost");
+    let mut outer = s.hold();
     let scratch = TempDir::new();
     let d = scratch.path().display();
     // The nested command runs in its own process group, which the enclosing run's
     // kill of its group would not reach: the nested zklock must end it itself.
     let mut nested = KillOnDrop(
-        nested_with_env(&connect, &path, &holder_env(&outer))
+        nested_with_env(&s.connect, &s.path, &holder_env(&outer))
             .args(["-w", NESTED_WAIT, "--kill-after", "2s", "--", "sh", "-c"])
             .arg(format!("echo $$ > '{d}/pid'; exec sleep 60"))
             .stderr(std::fs::File::create(scratch.path().join("stderr")).unwrap())
@@ -288,14 +279,14 @@ fn nested_run_is_lock_lost_when_the_enclosing_node_goes() {
             .expect("spawn nested zklock"),
     );
     let pid = read_pid_file(&scratch.path().join("pid"), LONG);
-    assert!(zk.delete(&outer.node()), "the enclosing node exists");
+    assert!(s.zk().delete(&outer.node()), "the enclosing node exists");
     let status = wait_for_exit(&mut nested, LONG).expect("the nested run ends");
     let stderr = std::fs::read_to_string(scratch.path().join("stderr")).unwrap();
     assert_eq!(status.code(), Some(76), "stderr:\n{stderr}");
     assert!(stderr.contains("lock lost"), "{stderr}");
     assert!(is_dead(pid as u32), "the nested command still runs");
     outer.assert_exit(76, LONG);
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]

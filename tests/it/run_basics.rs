@@ -7,18 +7,19 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    Gated, Inspector, Outcome, TempDir, assert_no_nodes, run_bounded, shared_server, unique_path,
-    wait_until, zklock_run,
+    Gated, Inspector, Outcome, Scene, TempDir, assert_no_nodes, run_bounded, shared_server,
+    unique_path, wait_until, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// `zklock run` against the shared server with a fresh lock path; returns the path too.
-fn run_once(tag: &str, configure: impl FnOnce(&mut Command)) -> (String, Outcome) {
-    let path = unique_path(tag);
-    let mut cmd = zklock_run(&shared_server().connect_string(), &path);
+/// `zklock run` against the shared server with a fresh lock path; returns its scene too.
+fn run_once(tag: &str, configure: impl FnOnce(&mut Command)) -> (Scene, Outcome) {
+    let s = Scene::new(tag);
+    let mut cmd = s.run();
     configure(&mut cmd);
-    (path, run_bounded(&mut cmd, LONG))
+    let out = run_bounded(&mut cmd, LONG);
+    (s, out)
 }
 
 fn inspector() -> Inspector {
@@ -27,70 +28,65 @@ fn inspector() -> Inspector {
 
 #[test]
 fn exit_status_of_the_command_passes_through() {
-    let zk = inspector();
     for code in [0, 1, 42] {
-        let (path, out) = run_once("exit-code", |cmd| {
+        let (s, out) = run_once("exit-code", |cmd| {
             cmd.args(["--", "sh", "-c", &format!("exit {code}")]);
         });
         out.assert_code(code);
-        assert_no_nodes(&zk, &path);
+        s.assert_nothing_left();
     }
 }
 
 #[test]
 fn command_killed_by_a_signal_gives_128_plus_n() {
-    let zk = inspector();
     for (signal, name) in [(libc::SIGUSR1, "USR1"), (libc::SIGKILL, "KILL")] {
-        let (path, out) = run_once("exit-signal", |cmd| {
+        let (s, out) = run_once("exit-signal", |cmd| {
             cmd.args(["--", "sh", "-c", &format!("kill -{name} $$")]);
         });
         out.assert_code(128 + signal);
-        assert_no_nodes(&zk, &path);
+        s.assert_nothing_left();
     }
 }
 
 #[test]
 fn command_not_found_is_127() {
-    let zk = inspector();
     for missing in [
         "/nonexistent/zklock-it-command",
         "zklock-it-no-such-command",
     ] {
-        let (path, out) = run_once("not-found", |cmd| {
+        let (s, out) = run_once("not-found", |cmd| {
             cmd.args(["--", missing]);
         });
         out.assert_code(127);
         let line = out.one_error_line();
         assert!(line.contains(missing), "{line}");
-        assert_no_nodes(&zk, &path);
+        s.assert_nothing_left();
     }
 }
 
 #[test]
 fn command_not_executable_is_126() {
-    let zk = inspector();
     let dir = TempDir::new();
     let plain_file = dir.path().join("not-executable");
     std::fs::write(&plain_file, "#!/bin/sh\nexit 0\n").unwrap();
     for target in [&plain_file, dir.path()] {
-        let (path, out) = run_once("not-executable", |cmd| {
+        let (s, out) = run_once("not-executable", |cmd| {
             cmd.arg("--").arg(target);
         });
         out.assert_code(126);
         out.one_error_line();
-        assert_no_nodes(&zk, &path);
+        s.assert_nothing_left();
     }
 }
 
 #[test]
 fn executable_file_without_interpreter_line_runs_with_bin_sh() {
     // As execvp does: the kernel refuses it (ENOEXEC), /bin/sh runs it.
-    let zk = inspector();
     let dir = TempDir::new();
     let script = dir.path().join("no-interpreter-line");
     std::fs::write(&script, "echo \"ran $0 $1\"\n").unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let (path, out) = run_once("enoexec", |cmd| {
+    let (s, out) = run_once("enoexec", |cmd| {
         cmd.arg("--").arg(&script).arg("an-argument");
     });
     out.assert_code(0);
@@ -98,12 +94,11 @@ fn executable_file_without_interpreter_line_runs_with_bin_sh() {
         out.stdout.trim(),
         format!("ran {} an-argument", script.display())
     );
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn shell_string_runs_with_dollar_shell_falling_back_to_bin_sh() {
-    let zk = inspector();
     let dir = TempDir::new();
     // Another name for sh: `$0` shows which name the shell was started as.
     let own_shell = dir.path().join("own-shell");
@@ -114,7 +109,7 @@ fn shell_string_runs_with_dollar_shell_falling_back_to_bin_sh() {
         (Some(own_shell.as_str()), own_shell.as_str()),
         (None, "/bin/sh"),
     ] {
-        let (path, out) = run_once("shell-string", |cmd| {
+        let (s, out) = run_once("shell-string", |cmd| {
             match shell {
                 Some(shell) => cmd.env("SHELL", shell),
                 None => cmd.env_remove("SHELL"),
@@ -123,7 +118,7 @@ fn shell_string_runs_with_dollar_shell_falling_back_to_bin_sh() {
         });
         out.assert_code(3);
         assert_eq!(out.stdout, format!("{expected}\n"), "SHELL={shell:?}");
-        assert_no_nodes(&zk, &path);
+        s.assert_nothing_left();
     }
 }
 
@@ -210,13 +205,12 @@ const GLIBC_INTERNAL_SIGNALS: u64 = 0b11 << 31;
 
 /// Runs the signal-state command under zklock and returns the masks the command saw.
 fn command_signal_masks(tag: &str, configure: impl FnOnce(&mut Command)) -> Vec<(String, u64)> {
-    let zk = inspector();
-    let (path, out) = run_once(tag, |cmd| {
+    let (s, out) = run_once(tag, |cmd| {
         configure(cmd);
         cmd.arg("--").args(SHOW_SIGNAL_STATE);
     });
     out.assert_code(0);
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
     let masks = signal_masks(&out);
     assert_eq!(masks.len(), 2, "{}", out.stdout);
     masks

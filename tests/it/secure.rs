@@ -11,8 +11,8 @@ use zklock::zk;
 
 use crate::harness::{
     ClientSecurity, Ensemble, FaultProxy, Gated, Inspector, Mode, Outcome, SASL_PASSWORD,
-    SASL_USER, Security, ServerOptions, TempDir, ZkServer, acl, assert_no_nodes, pki, run_bounded,
-    shared_server, unique_path, zklock_run,
+    SASL_USER, Scene, Security, ServerOptions, TempDir, ZkServer, acl, assert_no_nodes, pki,
+    run_bounded, shared_server, unique_path, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -279,24 +279,24 @@ fn secure_sasl_lock_nodes_get_the_default_acl() {
 
 #[test]
 fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
-    let connect = shared_server().connect_string();
-    let path = unique_path("digest-acl");
+    let s = Scene::new("digest-acl");
+    let path = &s.path;
     let digest_run = || {
-        let mut cmd = zklock_run(&connect, &path);
+        let mut cmd = s.run();
         cmd.args(["--digest-user", "alice", "--acl", "creator"]);
         cmd.env("ZKLOCK_PASSWORD", "alice-secret");
         cmd
     };
     let holder = Gated::start(digest_run());
-    let bob = Inspector::connect_secure(&connect, &ClientSecurity::digest("bob", "bob-secret"));
-    let nodes = bob.try_children(&path);
+    let bob = Inspector::connect_secure(&s.connect, &ClientSecurity::digest("bob", "bob-secret"));
+    let nodes = bob.try_children(path);
     assert!(
         matches!(nodes, Err(zk::records::Error::NoAuth)),
         "another identity could list: {nodes:?}"
     );
     let alice =
-        Inspector::connect_secure(&connect, &ClientSecurity::digest("alice", "alice-secret"));
-    let node = format!("{path}/{}", alice.children(&path)[0]);
+        Inspector::connect_secure(&s.connect, &ClientSecurity::digest("alice", "alice-secret"));
+    let node = format!("{path}/{}", alice.children(path)[0]);
     let deleted = bob.run(bob.client().call(|b| b.delete(&node, -1)));
     assert!(
         matches!(deleted, Err(zk::records::Error::NoAuth)),
@@ -305,12 +305,12 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
     // The same identity queues behind the holder and takes the lock after it.
     let mut second = Gated::spawn(digest_run());
     crate::harness::wait_until(LONG, "the second contender queues", || {
-        alice.children(&path).len() == 2
+        alice.children(path).len() == 2
     });
     assert!(holder.finish().success());
     second.wait_started(LONG);
     assert!(second.finish().success());
-    assert_no_nodes(&alice, &path);
+    assert_no_nodes(&alice, path);
 }
 
 /// docs/security.md ("Several identities"): one ACL naming every digest
@@ -322,22 +322,21 @@ fn secure_digest_creator_acl_keeps_others_out_but_lets_us_queue() {
 fn secure_two_digest_users_alternate_under_one_acl() {
     const ALICE: &str = "digest:alice:JYdjG/dL2+v79QyuS8/0gpT+rQQ=:cdrwa";
     const BOB: &str = "digest:bob:j7ZGIvWbIQ1LANfL4BJ8Ibdfqsk=:cdrwa";
-    let connect = shared_server().connect_string();
-    let path = unique_path("digest-two-users");
+    let s = Scene::new("digest-two-users");
     let run_as = |i: usize| {
         let (user, password) = [("alice", "alice-secret"), ("bob", "bob-secret")][i % 2];
-        let mut cmd = zklock_run(&connect, &path);
+        let mut cmd = s.run();
         cmd.args(["--digest-user", user, "--acl", ALICE, "--acl", BOB])
             .args(["--acl", "world:anyone:r"])
             .env("ZKLOCK_PASSWORD", password);
         cmd
     };
-    let zk = Inspector::connect(&connect);
+    let zk = Inspector::connect(&s.connect);
     let mut holder = Gated::start(run_as(0));
     for i in 1..20 {
         let mut next = Gated::spawn(run_as(i));
         crate::harness::wait_until(LONG, "the other user queues", || {
-            next.exited().is_some() || zk.children(&path).len() == 2
+            next.exited().is_some() || zk.children(&s.path).len() == 2
         });
         assert_eq!(next.exited(), None, "run {i} ended instead of queueing");
         assert!(holder.finish().success(), "run {}", i - 1);
@@ -345,7 +344,7 @@ fn secure_two_digest_users_alternate_under_one_acl() {
         holder = next;
     }
     assert!(holder.finish().success());
-    assert!(zk.children(&path).is_empty());
+    assert!(zk.children(&s.path).is_empty());
 }
 
 #[test]
@@ -627,10 +626,10 @@ fn secure_tls_ensemble_failover_keeps_the_lock() {
             ..ServerOptions::default()
         },
     );
-    let connect = ensemble.connect_string();
-    let path = unique_path("tls-failover");
+    let s = Scene::on(ensemble.connect_string(), "tls-failover");
+    let path = &s.path;
     let pki = pki();
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.arg("--tls-ca").arg(&pki.ca);
     cmd.arg("--tls-cert").arg(&pki.client.cert);
     cmd.arg("--tls-key").arg(&pki.client.key);
@@ -644,7 +643,7 @@ fn secure_tls_ensemble_failover_keeps_the_lock() {
         .map(|i| ensemble.member_connect_string(i))
         .collect();
     let zk = Inspector::connect_secure(&survivors.join(","), &ClientSecurity::tls());
-    let node = format!("{path}/{}", zk.children(&path)[0]);
+    let node = format!("{path}/{}", zk.children(path)[0]);
     let (_, stat) = zk.get_data(&node).expect("the holder's node");
     // Past the session timeout: a holder that had not come back would have lost it.
     node_kept_until(
@@ -654,7 +653,7 @@ fn secure_tls_ensemble_failover_keeps_the_lock() {
         killed + Duration::from_millis(10_500),
     );
     assert!(holder.finish().success());
-    assert_no_nodes(&zk, &path);
+    assert_no_nodes(&zk, path);
 }
 
 #[test]

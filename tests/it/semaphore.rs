@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::faults_util::watchers_of;
 use crate::harness::{
-    Gated, Holder, Inspector, KillOnDrop, LockLog, TempDir, assert_no_lock_nodes, contenders,
-    is_dead, shared_server, signal, unique_path, wait_for_contenders, wait_for_exit,
+    Gated, Holder, Inspector, KillOnDrop, LockLog, Scene, TempDir, assert_no_lock_nodes,
+    contenders, is_dead, shared_server, signal, unique_path, wait_for_contenders, wait_for_exit,
     wait_no_lock_nodes, wait_until, zklock_run,
 };
 
@@ -51,14 +51,13 @@ fn assert_pool_empty(zk: &Inspector, path: &str) {
 
 #[test]
 fn semaphore_of_three_admits_three_never_four() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("sem-limit");
-    let log = LockLog::new();
+    let s = Scene::new("sem-limit");
+    let path = &s.path;
+    let connect = &s.connect;
     let started = Instant::now();
     std::thread::scope(|scope| {
         for contender in 0..10 {
-            let (connect, path, log) = (&connect, &path, &log);
+            let (connect, path, log) = (connect, path, &s.log);
             scope.spawn(move || {
                 for run in 0..5 {
                     let status = zklock_run(connect, path)
@@ -72,17 +71,17 @@ fn semaphore_of_three_admits_three_never_four() {
         }
     });
     eprintln!("50 semaphore runs took {:?}", started.elapsed());
-    assert_eq!(log.starts(), 50);
+    assert_eq!(s.log.starts(), 50);
     assert_eq!(
-        log.max_concurrency(),
+        s.log.max_concurrency(),
         3,
         "3 holders at once, never 4:\n{}",
-        log.contents()
+        s.log.contents()
     );
-    let zk = Inspector::connect(&connect);
-    assert_pool_empty(&zk, &path);
+    let zk = Inspector::connect(connect);
+    assert_pool_empty(&zk, path);
     assert_eq!(
-        zk.get_data(&path).map(|(data, _)| data),
+        zk.get_data(path).map(|(data, _)| data),
         Some(b"3".to_vec()),
         "the limit is the path's data"
     );
@@ -90,33 +89,23 @@ fn semaphore_of_three_admits_three_never_four() {
 
 #[test]
 fn killed_holder_frees_its_permit() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("sem-kill");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let holder = || {
-        Holder::start(
-            zklock_run(&connect, &path)
-                .args(["--limit", "2"])
-                .args(FAST_SESSION),
-            &log,
-        )
-    };
+    let s = Scene::new("sem-kill");
+    let path = &s.path;
+    let holder = || Holder::start(s.run().args(["--limit", "2"]).args(FAST_SESSION), &s.log);
     let mut a = holder();
     let mut b = holder();
     let mut c = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["--limit", "2", "-w", "60s"])
             .args(FAST_SESSION)
             .args(["--", "sh", "-c"])
-            .arg(log.shell_body("true"))
+            .arg(s.log.shell_body("true"))
             .spawn()
             .expect("spawn waiter"),
     );
     // The waiter's lease exists: it holds the gate and watches the full pool.
-    wait_for_contenders(&zk, &format!("{path}/leases"), "-lease-", 3);
-    assert_eq!(log.starts(), 2);
+    wait_for_contenders(s.zk(), &format!("{path}/leases"), "-lease-", 3);
+    assert_eq!(s.log.starts(), 2);
 
     let killed = Instant::now();
     signal(a.pid() as i32, libc::SIGKILL);
@@ -124,12 +113,12 @@ fn killed_holder_frees_its_permit() {
     // log before the waiter could possibly start (a session timeout from now).
     let shell = a.shell_pid();
     wait_until(LONG, "the killed holder's command dies", || is_dead(shell));
-    log.record_end(shell);
+    s.log.record_end(shell);
     a.release();
     assert_eq!(a.wait(LONG).code(), None, "killed by a signal");
 
     assert!(
-        log.wait_for_starts(3, LONG),
+        s.log.wait_for_starts(3, LONG),
         "the waiter never got the permit"
     );
     let freed = killed.elapsed();
@@ -141,9 +130,9 @@ fn killed_holder_frees_its_permit() {
     let status = wait_for_exit(&mut c, LONG).expect("waiter exits");
     assert_eq!(status.code(), Some(0));
     b.finish();
-    log.assert_max_concurrency(2);
-    wait_no_lock_nodes(&zk, &path, LONG);
-    assert_pool_empty(&zk, &path);
+    s.log.assert_max_concurrency(2);
+    wait_no_lock_nodes(s.zk(), path, LONG);
+    assert_pool_empty(s.zk(), path);
 }
 
 #[test]
@@ -194,18 +183,16 @@ fn mismatched_limits_and_kinds_are_refused() {
 
 #[test]
 fn fencing_token_is_the_lease_czxid() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("sem-token");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut holder = Holder::start(zklock_run(&connect, &path).args(["--limit", "2"]), &log);
+    let s = Scene::new("sem-token");
+    let path = &s.path;
+    let mut holder = Holder::start(s.run().args(["--limit", "2"]), &s.log);
     let node = holder.node();
     assert!(
         node.starts_with(&format!("{path}/leases/_c_")) && node.contains("-lease-"),
         "ZKLOCK_NODE is our lease: {node}"
     );
-    let stat = zk
+    let stat = s
+        .zk()
         .stat(&node)
         .expect("the lease exists while the command runs");
     assert_eq!(holder.tokens(), [stat.czxid]);
@@ -213,23 +200,20 @@ fn fencing_token_is_the_lease_czxid() {
         stat.ephemeral_owner,
         i64::from_str_radix(holder.env("ZKLOCK_SESSION_ID").trim_start_matches("0x"), 16).unwrap()
     );
-    assert_eq!(holder.env("ZKLOCK_PATH"), path);
+    assert_eq!(holder.env("ZKLOCK_PATH"), *path);
     holder.finish();
-    assert_pool_empty(&zk, &path);
+    assert_pool_empty(s.zk(), path);
 }
 
 #[test]
 fn no_wait_on_a_full_semaphore_gives_up_at_once() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("sem-no-wait");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
+    let s = Scene::new("sem-no-wait");
+    let path = &s.path;
     let mut holders: Vec<Holder> = (0..2)
-        .map(|_| Holder::start(zklock_run(&connect, &path).args(["--limit", "2"]), &log))
+        .map(|_| Holder::start(s.run().args(["--limit", "2"]), &s.log))
         .collect();
     let started = Instant::now();
-    let output = run_no_wait(&connect, &path, &["--limit", "2"]);
+    let output = run_no_wait(&s.connect, path, &["--limit", "2"]);
     let took = started.elapsed();
     assert_eq!(
         output.status.code(),
@@ -240,14 +224,14 @@ fn no_wait_on_a_full_semaphore_gives_up_at_once() {
     // "At once": no waiting for a permit (generous for a loaded machine).
     assert!(took < Duration::from_secs(5), "--no-wait took {took:?}");
     assert_eq!(
-        zk.children(&format!("{path}/leases")).len(),
+        s.zk().children(&format!("{path}/leases")).len(),
         2,
         "the refused run's lease is gone"
     );
     for holder in &mut holders {
         holder.finish();
     }
-    assert_pool_empty(&zk, &path);
+    assert_pool_empty(s.zk(), path);
 }
 
 /// `cmd` run by `flock -F -s BARRIER`: it starts only once the test lets go of
@@ -364,10 +348,9 @@ fn simultaneous_no_wait_runs_fill_a_semaphore_of_three() {
 /// no-wait run either ran or gave up (75), as the log says.
 #[test]
 fn waiting_and_no_wait_runs_share_a_semaphore() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("sem-mixed");
-    let log = LockLog::new();
+    let s = Scene::new("sem-mixed");
+    let path = &s.path;
+    let connect = &s.connect;
     let dir = TempDir::new();
     let no_wait_ran = dir.path().join("no-wait-ran");
     // Two waiting contenders keep the pool of two mostly full, with gaps
@@ -375,7 +358,7 @@ fn waiting_and_no_wait_runs_share_a_semaphore() {
     let (waiters, waiting, no_wait) = (2, 2 * 5, 3 * 6);
     let gave_up = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
-        let (connect, path, log) = (&connect, &path, &log);
+        let (connect, path, log) = (connect, path, &s.log);
         for waiter in 0..waiters {
             scope.spawn(move || {
                 for run in 0..waiting / waiters {
@@ -416,10 +399,10 @@ fn waiting_and_no_wait_runs_share_a_semaphore() {
     let gave_up = gave_up.into_inner();
     eprintln!("no-wait runs: {ran} ran, {gave_up} gave up");
     assert_eq!(ran + gave_up, no_wait, "each no-wait run ran or gave up");
-    assert_eq!(log.starts(), waiting + ran, "{}", log.contents());
-    assert!(log.open_ids().is_empty(), "{}", log.contents());
-    log.assert_max_concurrency(2);
-    assert_pool_empty(&Inspector::connect(&connect), &path);
+    assert_eq!(s.log.starts(), waiting + ran, "{}", s.log.contents());
+    assert!(s.log.open_ids().is_empty(), "{}", s.log.contents());
+    s.log.assert_max_concurrency(2);
+    assert_pool_empty(&Inspector::connect(connect), path);
 }
 
 /// A no-wait run queued behind a gate holder waits only while a permit may
@@ -430,11 +413,9 @@ fn waiting_and_no_wait_runs_share_a_semaphore() {
 #[test]
 fn no_wait_behind_the_gate_holder() {
     let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("sem-no-wait-gate");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
-    let mut holder = Holder::start(zklock_run(&connect, &path).args(["--limit", "2"]), &log);
+    let s = Scene::on(server.connect_string(), "sem-no-wait-gate");
+    let path = &s.path;
+    let mut holder = Holder::start(s.run().args(["--limit", "2"]), &s.log);
     let gate_dir = format!("{path}/locks");
     let leases = format!("{path}/leases");
     const UUID: &str = "00000000-0000-4000-8000-000000000000";
@@ -442,15 +423,21 @@ fn no_wait_behind_the_gate_holder() {
     // it watches that node, that is, until it has looked at the leases (one
     // lease of two: it may still get a permit) and set its watch on them.
     let queue_behind_gate = || {
-        let (gate, _) = zk.create_ephemeral_sequential(&format!("{gate_dir}/_c_{UUID}-lock-"), b"");
-        let mut zklock = zklock_run(&connect, &path);
+        let (gate, _) = s
+            .zk()
+            .create_ephemeral_sequential(&format!("{gate_dir}/_c_{UUID}-lock-"), b"");
+        let mut zklock = s.run();
         zklock.args(["--limit", "2", "-n", "-q"]);
         let run = Gated::spawn(zklock);
-        let ours = wait_for_contenders(&zk, &gate_dir, "-lock-", 2)
+        let ours = wait_for_contenders(s.zk(), &gate_dir, "-lock-", 2)
             .into_iter()
             .find(|node| *node != gate)
             .expect("the run's gate node");
-        let session = zk.stat(&ours).expect("the run's gate node").ephemeral_owner;
+        let session = s
+            .zk()
+            .stat(&ours)
+            .expect("the run's gate node")
+            .ephemeral_owner;
         wait_until(LONG, "the run watching the gate node ahead", || {
             watchers_of(&server.four_letter("wchp"), &gate).contains(&session)
         });
@@ -459,23 +446,29 @@ fn no_wait_behind_the_gate_holder() {
 
     let (gate, run) = queue_behind_gate();
     assert!(!run.started());
-    assert!(zk.delete(&gate));
+    assert!(s.zk().delete(&gate));
     let mut run = run;
     run.wait_started(LONG);
-    assert_eq!(zk.children(&leases).len(), 2, "the holder's and the run's");
+    assert_eq!(
+        s.zk().children(&leases).len(),
+        2,
+        "the holder's and the run's"
+    );
     assert!(run.finish().success());
 
     let (gate, mut run) = queue_behind_gate();
-    let (lease, _) = zk.create_ephemeral_sequential(&format!("{leases}/_c_{UUID}-lease-"), b"");
+    let (lease, _) = s
+        .zk()
+        .create_ephemeral_sequential(&format!("{leases}/_c_{UUID}-lease-"), b"");
     assert_eq!(run.wait(LONG).code(), Some(75), "gave up on a full pool");
     assert!(!run.started());
-    assert!(zk.exists(&gate), "without waiting for the gate to go");
+    assert!(s.zk().exists(&gate), "without waiting for the gate to go");
     assert_eq!(
-        contenders(&zk, &gate_dir, "-lock-"),
+        contenders(s.zk(), &gate_dir, "-lock-"),
         std::slice::from_ref(&gate),
         "the run's gate node is gone"
     );
-    assert!(zk.delete(&lease) && zk.delete(&gate));
+    assert!(s.zk().delete(&lease) && s.zk().delete(&gate));
     holder.finish();
-    assert_pool_empty(&zk, &path);
+    assert_pool_empty(s.zk(), path);
 }

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    EntryKind, Holder, Inspector, KillOnDrop, LockLog, TempDir, assert_no_lock_nodes,
+    EntryKind, Holder, Inspector, KillOnDrop, LockLog, Scene, TempDir, assert_no_lock_nodes,
     shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_until, zklock_run,
 };
 
@@ -97,9 +97,9 @@ fn check_readers_writers(log: &Path) -> usize {
 
 #[test]
 fn readers_overlap_writers_overlap_nothing() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("rw-mix");
+    let s = Scene::new("rw-mix");
+    let path = &s.path;
+    let connect = &s.connect;
     let dir = TempDir::new();
     let log = dir.path().join("rw.log");
     std::fs::write(&log, "").unwrap();
@@ -109,7 +109,7 @@ fn readers_overlap_writers_overlap_nothing() {
     let go = dir.path().join("go");
     let wait_go = format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display());
     let mut a = KillOnDrop(
-        zklock_run(&connect, &path)
+        s.run()
             .args(["-s", "--", "sh", "-c", &kind_body(&log, 'R', &wait_go)])
             .spawn()
             .expect("spawn reader A"),
@@ -117,7 +117,8 @@ fn readers_overlap_writers_overlap_nothing() {
     wait_until(LONG, "reader A starts", || {
         events(&log).iter().any(|e| e.start)
     });
-    let b = zklock_run(&connect, &path)
+    let b = s
+        .run()
         .args(["-s", "-n", "--", "sh", "-c", &kind_body(&log, 'R', "true")])
         .status()
         .expect("run reader B");
@@ -138,7 +139,7 @@ fn readers_overlap_writers_overlap_nothing() {
     ];
     std::thread::scope(|scope| {
         for (args, kind, body) in &loops {
-            let (connect, path, log) = (&connect, &path, &log);
+            let (connect, path, log) = (connect, path, &log);
             scope.spawn(move || {
                 for run in 0..10 {
                     // A bound instead of a hang if the queue ever deadlocks.
@@ -162,26 +163,22 @@ fn readers_overlap_writers_overlap_nothing() {
     let starts = events(&log).into_iter().filter(|e| e.start).count();
     assert_eq!(starts, 62, "{loop_log}");
 
-    let zk = Inspector::connect(&connect);
-    assert_no_lock_nodes(&zk, &path);
+    let zk = Inspector::connect(connect);
+    assert_no_lock_nodes(&zk, path);
 }
 
 #[test]
 fn reader_queued_between_writers_keeps_its_turn() {
-    let server = shared_server();
-    let connect = server.connect_string();
-    let path = unique_path("rw-queue");
-    let zk = Inspector::connect(&connect);
-    let log = LockLog::new();
+    let s = Scene::new("rw-queue");
 
-    let mut w1 = Holder::start(&mut zklock_run(&connect, &path), &log);
+    let mut w1 = s.hold();
     let w1_token = w1.tokens()[0];
     let spawn = |args: &[&str]| {
         KillOnDrop(
-            zklock_run(&connect, &path)
+            s.run()
                 .args(args)
                 .args(["--", "sh", "-c"])
-                .arg(log.shell_body("true"))
+                .arg(s.log.shell_body("true"))
                 .spawn()
                 .expect("spawn zklock"),
         )
@@ -189,15 +186,15 @@ fn reader_queued_between_writers_keeps_its_turn() {
     // Each joins the queue only once the one before it is in it, so the queue is
     // exactly W1 (held), R, W2.
     let mut r = spawn(&["-s"]);
-    let r_node = wait_for_contenders(&zk, &path, "__READ__", 1).remove(0);
+    let r_node = wait_for_contenders(s.zk(), &s.path, "__READ__", 1).remove(0);
     let mut w2 = spawn(&[]);
-    let w2_node = wait_for_contenders(&zk, &path, "-lock-", 2)
+    let w2_node = wait_for_contenders(s.zk(), &s.path, "-lock-", 2)
         .into_iter()
         .find(|n| *n != w1.node())
         .unwrap();
-    let czxid = |node: &str| zk.stat(node).expect("queued node").czxid;
+    let czxid = |node: &str| s.zk().stat(node).expect("queued node").czxid;
     let (r_token, w2_token) = (czxid(&r_node), czxid(&w2_node));
-    assert_eq!(log.starts(), 1, "only W1 runs:\n{}", log.contents());
+    assert_eq!(s.log.starts(), 1, "only W1 runs:\n{}", s.log.contents());
 
     w1.finish();
     for (name, child) in [("R", &mut r), ("W2", &mut w2)] {
@@ -205,8 +202,9 @@ fn reader_queued_between_writers_keeps_its_turn() {
         assert_eq!(status.code(), Some(0), "{name}");
     }
 
-    log.assert_exclusive();
-    let starts: Vec<i64> = log
+    s.log.assert_exclusive();
+    let starts: Vec<i64> = s
+        .log
         .entries()
         .iter()
         .filter(|e| e.kind == EntryKind::Start)
@@ -216,9 +214,9 @@ fn reader_queued_between_writers_keeps_its_turn() {
         starts,
         [w1_token, r_token, w2_token],
         "W1, R, W2 in that order:\n{}",
-        log.contents()
+        s.log.contents()
     );
-    assert_no_lock_nodes(&zk, &path);
+    s.assert_no_lock_nodes();
 }
 
 #[test]

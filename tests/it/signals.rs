@@ -6,9 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    Gated, Inspector, KillGroupOnDrop, KillOnDrop, TempDir, assert_no_nodes, pid_alive,
-    read_pid_file, shared_server, signal, unique_path, wait_for_exit, wait_for_file, wait_pid_gone,
-    wait_until, zklock_run,
+    Gated, KillGroupOnDrop, KillOnDrop, Scene, TempDir, pid_alive, read_pid_file, shared_server,
+    signal, wait_for_exit, wait_for_file, wait_pid_gone, wait_until, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -19,10 +18,6 @@ const PROMPTLY: Duration = Duration::from_secs(2);
 /// Kill-after long enough that it never fires by accident while a test looks, with a
 /// session long enough for zklock to accept it.
 const PATIENT: [&str; 4] = ["--kill-after", "20s", "--session-timeout", "40s"];
-
-fn inspector() -> Inspector {
-    Inspector::connect(&shared_server().connect_string())
-}
 
 /// Spawns `zklock run [options] PATH -- sh -c SCRIPT sh DIR`.
 fn spawn_script(path: &str, options: &[&str], script: &str, dir: &Path) -> KillOnDrop {
@@ -46,8 +41,7 @@ fn exit_of(child: &mut Child) -> i32 {
 /// not make it ignore INT) must die of the forwarded signal. Then the command dies of
 /// the same signal.
 fn forwarded_to_the_group_and_released_after_it(sig: libc::c_int, name: &str) {
-    let zk = inspector();
-    let path = unique_path(&format!("forward-{name}"));
+    let s = Scene::new(&format!("forward-{name}"));
     let dir = TempDir::new();
     let script = format!(
         r#"trap 'touch "$1/trapped"; while [ ! -e "$1/go" ]; do sleep 0.02; done; touch "$1/finished"; trap - {name}; kill -{name} $$' {name}
@@ -55,10 +49,10 @@ echo $$ > "$1/command"
 sh -c 'echo $$ > "$1/grandchild"; exec sleep 300' sh "$1"
 "#
     );
-    let mut zklock = spawn_script(&path, &PATIENT, &script, dir.path());
+    let mut zklock = spawn_script(&s.path, &PATIENT, &script, dir.path());
     let _group = KillGroupOnDrop::of(read_pid_file(&dir.path().join("command"), LONG));
     let grandchild = read_pid_file(&dir.path().join("grandchild"), LONG);
-    let held = zk.children(&path);
+    let held = s.zk().children(&s.path);
     assert_eq!(held.len(), 1, "{held:?}");
 
     signal(zklock.id() as i32, sig);
@@ -72,12 +66,16 @@ sh -c 'echo $$ > "$1/grandchild"; exec sleep 300' sh "$1"
     );
     // The command is provably still running (it waits for `go`): the lock is still ours.
     assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
-    assert_eq!(zk.children(&path), held, "node deleted while the group ran");
+    assert_eq!(
+        s.zk().children(&s.path),
+        held,
+        "node deleted while the group ran"
+    );
 
     std::fs::write(dir.path().join("go"), "").unwrap();
     assert_eq!(exit_of(&mut zklock), 128 + sig);
     assert!(dir.path().join("finished").exists());
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
@@ -98,11 +96,10 @@ fn sighup_is_forwarded_to_the_group_and_the_lock_released_after_it() {
 #[test]
 fn background_job_started_by_the_command_is_signalled_too() {
     // The common `sh -c 'job & ...; wait'` shape: the job is in the command's group.
-    let zk = inspector();
-    let path = unique_path("forward-bg");
+    let s = Scene::new("forward-bg");
     let dir = TempDir::new();
     let script = r#"echo $$ > "$1/command"; sleep 300 & echo $! > "$1/grandchild"; wait"#;
-    let mut zklock = spawn_script(&path, &PATIENT, script, dir.path());
+    let mut zklock = spawn_script(&s.path, &PATIENT, script, dir.path());
     let _group = KillGroupOnDrop::of(read_pid_file(&dir.path().join("command"), LONG));
     let grandchild = read_pid_file(&dir.path().join("grandchild"), LONG);
     let sent = Instant::now();
@@ -112,22 +109,21 @@ fn background_job_started_by_the_command_is_signalled_too() {
     let took = sent.elapsed();
     assert!(took < PROMPTLY, "exit {took:?} after TERM");
     assert!(!pid_alive(grandchild), "background job outlived zklock");
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn lock_is_held_until_every_process_of_the_group_exits() {
-    let zk = inspector();
-    let path = unique_path("straggler");
+    let s = Scene::new("straggler");
     let dir = TempDir::new();
     let script = r#"(while [ ! -e "$1/go" ]; do sleep 0.02; done; touch "$1/straggler-done") &
 echo $! > "$1/straggler"
 echo $$ > "$1/command"
 "#;
-    let mut zklock = spawn_script(&path, &[], script, dir.path());
+    let mut zklock = spawn_script(&s.path, &[], script, dir.path());
     let _group = KillGroupOnDrop::of(read_pid_file(&dir.path().join("straggler"), LONG));
     let command = read_pid_file(&dir.path().join("command"), LONG);
-    let held = zk.children(&path);
+    let held = s.zk().children(&s.path);
     assert_eq!(held.len(), 1, "{held:?}");
     assert!(wait_pid_gone(command, LONG), "command did not exit");
 
@@ -136,36 +132,40 @@ echo $$ > "$1/command"
     let watching = Instant::now();
     while watching.elapsed() < Duration::from_millis(300) {
         assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
-        assert_eq!(zk.children(&path), held, "node deleted while the group ran");
+        assert_eq!(
+            s.zk().children(&s.path),
+            held,
+            "node deleted while the group ran"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     std::fs::write(dir.path().join("go"), "").unwrap();
     assert_eq!(exit_of(&mut zklock), 0);
     assert!(dir.path().join("straggler-done").exists());
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn signal_while_waiting_leaves_no_node_and_exits_128_plus_n() {
-    let zk = inspector();
-    let path = unique_path("abort-wait");
-    let connect = shared_server().connect_string();
-    let holder = Gated::start(zklock_run(&connect, &path));
-    let held = zk.children(&path);
+    let s = Scene::new("abort-wait");
+    let holder = Gated::start(s.run());
+    let held = s.zk().children(&s.path);
     let dir = TempDir::new();
     let ran = dir.path().join("waiter-ran");
     for (sig, name) in [(libc::SIGINT, "INT"), (libc::SIGTERM, "TERM")] {
-        let mut cmd = zklock_run(&connect, &path);
+        let mut cmd = s.run();
         cmd.arg("--").arg("touch").arg(&ran);
         let mut waiter = KillOnDrop(cmd.spawn().expect("spawn waiter"));
-        wait_until(LONG, "waiter queued", || zk.children(&path).len() == 2);
+        wait_until(LONG, "waiter queued", || {
+            s.zk().children(&s.path).len() == 2
+        });
 
         let sent = Instant::now();
         signal(waiter.id() as i32, sig);
         let code = exit_of(&mut waiter);
         let took = sent.elapsed();
         assert_eq!(
-            zk.children(&path),
+            s.zk().children(&s.path),
             held,
             "waiter's node left after SIG{name}"
         );
@@ -175,7 +175,7 @@ fn signal_while_waiting_leaves_no_node_and_exits_128_plus_n() {
     }
     assert!(!ran.exists(), "a waiter ran its command");
     assert!(holder.finish().success());
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 /// Survives TERM: each TERM kills only the current `sleep`, and the trap counts it.
@@ -192,10 +192,9 @@ fn terms_seen(dir: &Path) -> usize {
 
 #[test]
 fn second_terminating_signal_kills_the_group_at_once() {
-    let zk = inspector();
-    let path = unique_path("second-term");
+    let s = Scene::new("second-term");
     let dir = TempDir::new();
-    let mut zklock = spawn_script(&path, &PATIENT, OUTLASTS_TERM, dir.path());
+    let mut zklock = spawn_script(&s.path, &PATIENT, OUTLASTS_TERM, dir.path());
     let command = read_pid_file(&dir.path().join("command"), LONG);
 
     signal(zklock.id() as i32, libc::SIGTERM);
@@ -209,15 +208,19 @@ fn second_terminating_signal_kills_the_group_at_once() {
     let took = sent.elapsed();
     assert!(took < PROMPTLY, "second TERM took {took:?} to kill");
     assert!(!pid_alive(command));
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn kill_after_escalates_one_term_to_sigkill() {
-    let zk = inspector();
-    let path = unique_path("kill-after");
+    let s = Scene::new("kill-after");
     let dir = TempDir::new();
-    let mut zklock = spawn_script(&path, &["--kill-after", "0.5s"], OUTLASTS_TERM, dir.path());
+    let mut zklock = spawn_script(
+        &s.path,
+        &["--kill-after", "0.5s"],
+        OUTLASTS_TERM,
+        dir.path(),
+    );
     let command = read_pid_file(&dir.path().join("command"), LONG);
 
     let sent = Instant::now();
@@ -234,24 +237,25 @@ fn kill_after_escalates_one_term_to_sigkill() {
         "the command should see TERM once"
     );
     assert!(!pid_alive(command));
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn kill_9_of_zklock_kills_the_command_and_frees_the_lock_within_a_session() {
     const SESSION: Duration = Duration::from_secs(4);
-    let zk = inspector();
-    let path = unique_path("kill-9");
+    let s = Scene::new("kill-9");
     let dir = TempDir::new();
     let mut holder = spawn_script(
-        &path,
+        &s.path,
         &["--session-timeout", "4s", "--kill-after", "0.2s"],
         r#"echo $$ > "$1/command"; exec sleep 300"#,
         dir.path(),
     );
     let command = read_pid_file(&dir.path().join("command"), LONG);
-    let mut waiter = Gated::spawn(zklock_run(&shared_server().connect_string(), &path));
-    wait_until(LONG, "waiter queued", || zk.children(&path).len() == 2);
+    let mut waiter = Gated::spawn(s.run());
+    wait_until(LONG, "waiter queued", || {
+        s.zk().children(&s.path).len() == 2
+    });
 
     let killed = Instant::now();
     signal(holder.id() as i32, libc::SIGKILL);
@@ -270,21 +274,20 @@ fn kill_9_of_zklock_kills_the_command_and_frees_the_lock_within_a_session() {
         "next waiter got the lock {took:?} after kill -9"
     );
     assert!(waiter.finish().success());
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 /// zklock started with `sig` ignored, as `nohup` (HUP) or a shell without job control
 /// running `zklock ... &` (INT, QUIT) start it: `sig` sent to zklock, and to the
 /// command's group, changes nothing; the command finishes and zklock exits 0.
 fn ignored_at_start_stays_ignored(sig: libc::c_int, name: &str) {
-    let zk = inspector();
-    let path = unique_path(&format!("ignored-{name}"));
+    let s = Scene::new(&format!("ignored-{name}"));
     let dir = TempDir::new();
     let script = r#"echo $$ > "$1/command"
 while [ ! -e "$1/go" ]; do sleep 0.02; done
 echo finished > "$1/done"
 "#;
-    let mut inner = zklock_run(&shared_server().connect_string(), &path);
+    let mut inner = s.run();
     inner.args(["--", "sh", "-c", script, "sh"]).arg(dir.path());
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -312,7 +315,7 @@ echo finished > "$1/done"
         dir.path().join("done").exists(),
         "the command did not finish"
     );
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
@@ -327,14 +330,13 @@ fn sigint_ignored_at_start_as_for_a_background_job_stays_ignored() {
 
 #[test]
 fn verbose_says_when_it_waits_for_the_rest_of_the_group() {
-    let zk = inspector();
-    let path = unique_path("verbose-straggler");
+    let s = Scene::new("verbose-straggler");
     let dir = TempDir::new();
     let script = r#"sleep 300 &
 echo $! > "$1/straggler"
 exit 3
 "#;
-    let mut cmd: Command = zklock_run(&shared_server().connect_string(), &path);
+    let mut cmd: Command = s.run();
     cmd.args(["-v", "--", "sh", "-c", script, "sh"])
         .arg(dir.path())
         .stdout(Stdio::null())
@@ -364,7 +366,7 @@ exit 3
     }
     signal(straggler, libc::SIGKILL);
     assert_eq!(exit_of(&mut zklock), 3);
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 /// One field of /proc/PID/stat after the name: 0 is the state.
@@ -377,14 +379,13 @@ fn proc_state(pid: i32) -> Option<String> {
 #[test]
 fn stopped_past_its_session_zklock_loses_the_lock_and_exits_76_on_resume() {
     use std::os::unix::process::CommandExt;
-    let zk = inspector();
-    let path = unique_path("stopped-long");
+    let s = Scene::new("stopped-long");
     let dir = TempDir::new();
     let script = r#"echo $$ > "$1/command"
 kill -STOP $$
 touch "$1/after"
 "#;
-    let mut cmd: Command = zklock_run(&shared_server().connect_string(), &path);
+    let mut cmd: Command = s.run();
     cmd.args(["--session-timeout", "4s", "--kill-after", "0.2s"])
         .args(["--", "sh", "-c", script, "sh"])
         .arg(dir.path())
@@ -399,7 +400,7 @@ touch "$1/after"
         proc_state(zklock_pid).as_deref() == Some("T")
     });
     wait_until(LONG, "the stopped holder's session expired", || {
-        zk.tree(&path).is_empty()
+        s.zk().tree(&s.path).is_empty()
     });
     signal(-zklock_pid, libc::SIGCONT);
     assert_eq!(exit_of(&mut zklock), 76);

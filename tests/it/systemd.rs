@@ -267,5 +267,5 @@ fn a_hold_is_ready_when_held_and_stopping_when_released() {
     });
     let stopping = systemd.until("STOPPING=1", 1, |m| m.contains("STOPPING=1"));
     assert!(ready < stopping, "{:?}", systemd.messages);
-    place.assert_clean(&crate::hold::inspector(&place));
+    place.assert_clean(place.zk());
 }

@@ -3,10 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{
-    Inspector, Pty, assert_no_nodes, shared_server, unique_path, wait_for_exit, wait_until,
-    zklock_run,
-};
+use crate::harness::{Pty, Scene, shared_server, wait_for_exit, wait_until, zklock_run};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -25,10 +22,9 @@ exit 3
 
 #[test]
 fn interactive_command_reads_the_terminal_and_gets_ctrl_c_once() {
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let path = unique_path("terminal");
+    let s = Scene::new("terminal");
     let mut pty = Pty::open();
-    let mut cmd: Command = zklock_run(&shared_server().connect_string(), &path);
+    let mut cmd: Command = s.run();
     cmd.args(["--", "sh", "-c", INTERACTIVE]);
     let mut zklock = pty.spawn(cmd);
 
@@ -54,7 +50,7 @@ fn interactive_command_reads_the_terminal_and_gets_ctrl_c_once() {
         "Ctrl-C must interrupt the command exactly once; terminal showed:\n{shown}"
     );
     assert!(!shown.contains("zklock:"), "terminal showed:\n{shown}");
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 /// An interactive bash in a pty, at its prompt, with `zklock` meaning the binary under
@@ -109,8 +105,8 @@ fn zklock_pid(shown: &str) -> i32 {
 
 #[test]
 fn ctrl_z_stops_zklock_with_its_command_and_fg_resumes_both() {
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let path = unique_path("ctrl-z");
+    let s = Scene::new("ctrl-z");
+    let path = &s.path;
     let mut pty = Pty::open();
     let mut shell = interactive_shell(&mut pty);
     let shown = type_line(
@@ -133,13 +129,13 @@ fn ctrl_z_stops_zklock_with_its_command_and_fg_resumes_both() {
     type_line(&mut pty, "echo rc=$?", "rc=0");
     pty.write(b"exit\n");
     assert!(wait_for_exit(&mut shell, LONG).is_some(), "bash still runs");
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn a_background_run_whose_command_reads_the_terminal_stops_and_fg_resumes_it() {
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let path = unique_path("bg-read");
+    let s = Scene::new("bg-read");
+    let path = &s.path;
     let mut pty = Pty::open();
     let mut shell = interactive_shell(&mut pty);
     let shown = type_line(
@@ -161,5 +157,5 @@ fn a_background_run_whose_command_reads_the_terminal_stops_and_fg_resumes_it() {
     type_line(&mut pty, "echo rc=$?", "rc=0");
     pty.write(b"exit\n");
     assert!(wait_for_exit(&mut shell, LONG).is_some(), "bash still runs");
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }

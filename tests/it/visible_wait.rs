@@ -9,8 +9,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use crate::harness::{
-    Holder, Inspector, KillOnDrop, LockLog, Pty, TempDir, assert_no_nodes, shared_server,
-    unique_path, wait_for_contenders, wait_for_exit, wait_until, zklock_run,
+    Holder, KillOnDrop, Pty, Scene, TempDir, wait_for_contenders, wait_for_exit, wait_until,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -19,11 +18,12 @@ const LONG: Duration = Duration::from_secs(30);
 const CLEAR_LINE: &str = "\r\x1b[2K";
 
 /// A holder whose node says its command runs (so "for ..." is known).
-fn start_holder(connect: &str, path: &str, log: &LockLog, zk: &Inspector) -> Holder {
-    let holder = Holder::start(&mut zklock_run(connect, path), log);
+fn start_holder(s: &Scene) -> Holder {
+    let holder = s.hold();
     let node = holder.node();
     wait_until(LONG, "the holder's acquisition write", || {
-        zk.get_data(&node)
+        s.zk()
+            .get_data(&node)
             .is_some_and(|(data, _)| String::from_utf8_lossy(&data).contains("\"acquired\":true"))
     });
     holder
@@ -40,16 +40,14 @@ fn erased_before(shown: &str, end: usize) -> bool {
 
 #[test]
 fn at_a_terminal_the_status_line_updates_names_the_holder_and_is_erased() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("visible-tty");
-    let log = LockLog::new();
-    let mut holder = start_holder(&connect, &path, &log, &zk);
+    let s = Scene::new("visible-tty");
+    let path = &s.path;
+    let mut holder = start_holder(&s);
     let held_by = format!("1 ahead, held by pid {}", holder.shell_pid());
 
     let mut pty = Pty::open();
     pty.set_size(24, 300);
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["--", "sh", "-c", "echo the-command-ran"]);
     let mut zklock = pty.spawn(cmd);
 
@@ -79,20 +77,17 @@ fn at_a_terminal_the_status_line_updates_names_the_holder_and_is_erased() {
     );
     assert!(!shown[ran..].contains("waiting "), "{shown:?}");
     assert_eq!(holder.wait(LONG).code(), Some(0));
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn at_a_terminal_giving_up_erases_the_line_before_its_message() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("visible-tty-timeout");
-    let log = LockLog::new();
-    let mut holder = start_holder(&connect, &path, &log, &zk);
+    let s = Scene::new("visible-tty-timeout");
+    let mut holder = start_holder(&s);
 
     let mut pty = Pty::open();
     pty.set_size(24, 300);
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-w", "1.5", "--", "true"]);
     let mut zklock = pty.spawn(cmd);
     let status = wait_for_exit(&mut zklock, LONG).expect("zklock gives up");
@@ -135,15 +130,12 @@ fn exit_of(child: &mut KillOnDrop, dir: &Path) -> ExitStatus {
 
 #[test]
 fn off_a_terminal_no_escape_code_and_no_line_while_waiting() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("visible-file");
-    let log = LockLog::new();
-    let mut holder = start_holder(&connect, &path, &log, &zk);
+    let s = Scene::new("visible-file");
+    let mut holder = start_holder(&s);
 
     for verbose in [false, true] {
         let dir = TempDir::new();
-        let mut cmd = zklock_run(&connect, &path);
+        let mut cmd = s.run();
         if verbose {
             cmd.arg("-v");
         }
@@ -170,17 +162,14 @@ fn off_a_terminal_no_escape_code_and_no_line_while_waiting() {
 
 #[test]
 fn verbose_off_a_terminal_says_start_holder_changes_and_heartbeats() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("visible-heartbeat");
-    let log = LockLog::new();
-    let mut first = start_holder(&connect, &path, &log, &zk);
+    let s = Scene::new("visible-heartbeat");
+    let mut first = start_holder(&s);
     let first_node = first.node();
-    let mut second = Holder::spawn(&mut zklock_run(&connect, &path), &log);
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    let mut second = Holder::spawn(&mut s.run(), &s.log);
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 2);
 
     let dir = TempDir::new();
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.env("ZKLOCK_HEARTBEAT_INTERVAL", "200ms")
         .args(["-v", "--", "true"]);
     let mut zklock = spawn_to_file(&mut cmd, dir.path());
@@ -220,22 +209,20 @@ fn verbose_off_a_terminal_says_start_holder_changes_and_heartbeats() {
     }
     assert_eq!(first.wait(LONG).code(), Some(0));
     assert_eq!(second.wait(LONG).code(), Some(0));
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }
 
 #[test]
 fn at_a_terminal_verbose_lines_go_above_the_status_line() {
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("visible-tty-verbose");
-    let log = LockLog::new();
-    let mut holder = start_holder(&connect, &path, &log, &zk);
-    let mut next = Holder::spawn(&mut zklock_run(&connect, &path), &log);
-    wait_for_contenders(&zk, &path, "-lock-", 2);
+    let s = Scene::new("visible-tty-verbose");
+    let path = &s.path;
+    let mut holder = start_holder(&s);
+    let mut next = Holder::spawn(&mut s.run(), &s.log);
+    wait_for_contenders(s.zk(), path, "-lock-", 2);
 
     let mut pty = Pty::open();
     pty.set_size(24, 300);
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["-v", "--", "true"]);
     let mut zklock = pty.spawn(cmd);
     pty.read_until(&format!("waiting 1s for {path}: 2 ahead"), LONG);
@@ -274,15 +261,12 @@ fn at_a_terminal_verbose_lines_go_above_the_status_line() {
 #[test]
 fn at_a_terminal_ctrl_c_is_echoed_on_the_status_line_and_erased_with_it() {
     const COLS: usize = 40;
-    let connect = shared_server().connect_string();
-    let zk = Inspector::connect(&connect);
-    let path = unique_path("visible-tty-ctrl-c");
-    let log = LockLog::new();
-    let mut holder = start_holder(&connect, &path, &log, &zk);
+    let s = Scene::new("visible-tty-ctrl-c");
+    let mut holder = start_holder(&s);
 
     let mut pty = Pty::open();
     pty.set_size(24, COLS as u16);
-    let mut cmd = zklock_run(&connect, &path);
+    let mut cmd = s.run();
     cmd.args(["--", "true"]);
     let mut zklock = pty.spawn(cmd);
     pty.read_until("waiting 1s for ", LONG);
@@ -319,5 +303,5 @@ fn at_a_terminal_ctrl_c_is_echoed_on_the_status_line_and_erased_with_it() {
     );
     holder.release();
     assert_eq!(holder.wait(LONG).code(), Some(0));
-    assert_no_nodes(&zk, &path);
+    s.assert_nothing_left();
 }

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    Inspector, KillGroupOnDrop, KillOnDrop, TempDir, read_pid_file, shared_server, signal,
+    Inspector, KillGroupOnDrop, KillOnDrop, Scene, TempDir, read_pid_file, shared_server, signal,
     unique_path, wait_pid_gone, wait_until, zklock_run,
 };
 
@@ -199,11 +199,10 @@ fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
 fn kill_9_of_zklock_and_its_keeper_still_kills_the_command_itself() {
     // The case the README says is not covered for the command's children: with no
     // process of ours left, only the command's parent-death signal remains.
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let path = unique_path("killed-both");
+    let s = Scene::new("killed-both");
     let dir = TempDir::new();
     let script = r#"echo $$ > "$1/command"; sleep 300; touch "$1/after""#;
-    let mut zklock = spawn_own_session(&path, script, dir.path());
+    let mut zklock = spawn_own_session(&s.path, script, dir.path());
     let command = read_pid_file(&dir.path().join("command"), LONG);
     let _group = KillGroupOnDrop::of(command);
     let (_, keeper) = parent_and_group(command).expect("command alive");
@@ -220,16 +219,15 @@ fn kill_9_of_zklock_and_its_keeper_still_kills_the_command_itself() {
     zklock.wait().expect("reap zklock");
     assert!(!dir.path().join("after").exists());
     wait_until(LONG, "the killed holder's session expired", || {
-        zk.tree(&path).is_empty()
+        s.zk().tree(&s.path).is_empty()
     });
 }
 
 #[test]
 fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
-    let zk = Inspector::connect(&shared_server().connect_string());
-    let path = unique_path("keeper");
+    let s = Scene::new("keeper");
     let dir = TempDir::new();
-    let mut cmd = zklock_run(&shared_server().connect_string(), &path);
+    let mut cmd = s.run();
     cmd.args([
         "--",
         "sh",
@@ -256,5 +254,5 @@ fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
         wait_pid_gone(group, GONE_WITHIN),
         "the keeper outlived zklock"
     );
-    assert!(zk.tree(&path).is_empty());
+    s.assert_nothing_left();
 }

@@ -24,10 +24,6 @@ use crate::exit::{Exit, Failure};
 use crate::report::Report;
 use crate::values::Seconds;
 
-/// What the command does not inherit: the URL is a credential, and a
-/// zklock run by the command would ping the same check.
-pub const WITHHELD: [&str; 1] = ["ZKLOCK_PING"];
-
 /// The whole time one ping may take, retries included.
 const BOUND: Duration = Duration::from_secs(10);
 /// Retries after a connection error (never after an answer or a timeout).

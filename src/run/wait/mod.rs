@@ -19,17 +19,23 @@ use tokio::time::Instant;
 use self::terminal::new_bar;
 use super::notify;
 use crate::lock::holder::Seen;
-use crate::lock::queue::{Node, Observer};
+use crate::lock::queue::{QueueEvent, QueueEvents};
 use crate::present::{holder, whole_seconds};
 use crate::report::{self, Report, Verbosity};
 use crate::session::Session;
+use zklock::zk::client::Client;
 
 /// Reports the queue while waiting and remembers who was first in this
 /// session, to say who held the lock if we give up.
 pub struct WaitReport {
     report: Report,
     display: Rc<WaitDisplay>,
+    /// The session waited in, to read who holds the lock.
+    client: Client,
     first: Option<String>,
+    /// The node whose data was read last, and the queue last shown.
+    read: Option<String>,
+    shown: Option<(usize, String)>,
     /// The lock path being taken now (of several, the one that is held).
     pub current: Option<String>,
     /// Set once the queue was looked at (our node created and the queue
@@ -37,13 +43,47 @@ pub struct WaitReport {
     pub looked: Rc<Cell<bool>>,
 }
 
-impl Observer for WaitReport {
-    fn queued(&mut self, node: &Node) {
-        self.report.info(format_args!("queued as {}", node.path));
+impl QueueEvents for WaitReport {
+    async fn event(&mut self, event: QueueEvent<'_>) {
+        match event {
+            QueueEvent::Queued(node) => self.report.info(format_args!("queued as {}", node.path)),
+            QueueEvent::Waiting { ahead, first } => {
+                let data = match self.read.as_deref() != Some(first) {
+                    true => self.read_holder(first).await,
+                    false => None,
+                };
+                self.waiting(ahead, first, data.as_ref());
+            }
+            // Its command runs now: read who holds the lock once more.
+            QueueEvent::AheadHolds(node) => {
+                self.read = None;
+                if let Some((ahead, first)) = self.shown.clone()
+                    && first == node
+                {
+                    let data = self.read_holder(node).await;
+                    self.waiting(ahead, node, data.as_ref());
+                }
+            }
+            QueueEvent::PoolFull(holders) => self.pool_full(holders),
+        }
+    }
+}
+
+impl WaitReport {
+    /// The data of the node `first` (a full path), if it is worth one more
+    /// round trip: with `-v`, or for the status line.
+    async fn read_holder(&mut self, first: &str) -> Option<Seen> {
+        self.read = Some(first.to_owned());
+        if !(self.report.0 >= Verbosity::Verbose || self.display.wants_data()) {
+            return None;
+        }
+        let found = self.client.call(|b| b.get_data(first, false)).await;
+        found.ok().map(|found| Seen::from((found.data, found.stat)))
     }
 
     fn waiting(&mut self, ahead: usize, first: &str, first_data: Option<&Seen>) {
         self.looked.set(true);
+        self.shown = Some((ahead, first.to_owned()));
         if self.first.as_deref() != Some(first) {
             let holder = first_data
                 .and_then(holder::describe)
@@ -65,10 +105,6 @@ impl Observer for WaitReport {
         });
     }
 
-    fn wants_data(&self) -> bool {
-        self.report.0 >= Verbosity::Verbose || self.display.wants_data()
-    }
-
     fn pool_full(&mut self, holders: usize) {
         self.looked.set(true);
         self.report.info(format_args!(
@@ -81,14 +117,15 @@ impl Observer for WaitReport {
             ..Queue::default()
         });
     }
-}
 
-impl WaitReport {
-    pub fn new(report: Report, display: Rc<WaitDisplay>) -> WaitReport {
+    pub fn new(report: Report, display: Rc<WaitDisplay>, client: Client) -> WaitReport {
         WaitReport {
             report,
             display,
+            client,
             first: None,
+            read: None,
+            shown: None,
             current: None,
             looked: Rc::default(),
         }

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tokio::sync::oneshot;
 
 use super::{Driver, InFlight, Queued, Written};
-use crate::zk::client::{ConnectError, State};
 use crate::zk::conn::{self, Conn, Refused};
+use crate::zk::link::{ConnectError, State};
 use crate::zk::ops::Request;
 use crate::zk::records::{ConnectRequest, ConnectResponse, Error, xid};
 use crate::zk::sasl::SaslMechanism;

@@ -13,9 +13,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::zk::answers::Response;
-use crate::zk::client::{Config, Link, State};
 use crate::zk::conn::Conn;
 use crate::zk::jute::Reader;
+use crate::zk::link::{Config, Link, State};
 use crate::zk::ops::{Request, chrooted, unchrooted};
 use crate::zk::records::{Error, ReplyHeader, WatcherEvent, xid};
 use crate::zk::watches::{Watch, WatchKind, Watches};

@@ -19,6 +19,7 @@ mod pki;
 mod process;
 mod proxy;
 mod pty;
+mod scene;
 mod security;
 mod server;
 
@@ -47,6 +48,7 @@ pub use process::{
 };
 pub use proxy::{FaultProxy, Mode};
 pub use pty::Pty;
+pub use scene::Scene;
 pub use security::{
     ClientAuth, SASL_OTHER_PASSWORD, SASL_OTHER_USER, SASL_PASSWORD, SASL_USER, SaslServer,
     Security, ServerCert, TlsServer,
