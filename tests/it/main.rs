@@ -23,6 +23,7 @@ mod harness_selftest;
 mod hold;
 mod hold_faults;
 mod hold_formats;
+mod hold_outputs;
 mod hold_terminal;
 mod holder_data;
 mod holder_message;
