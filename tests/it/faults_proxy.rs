@@ -420,7 +420,7 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     let held = holder.wait_info(LONG);
     let wait_limit = Duration::from_secs(2);
     let mut args = t6.to_vec();
-    args.extend(["--timeout", "2s"]);
+    args.extend(["--timeout", "2s", "-v"]);
     let mut waiter = Locker::spawn("waiter", &proxy.connect_string(), &path, &args, &log, HOLD);
     let queued = wait_children(&zk, &path, 2, LONG)
         .into_iter()
@@ -447,7 +447,8 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     );
     assert!(
         !zk.exists(&format!("{path}/{queued}")),
-        "the waiter's node outlived it (left to die with the session?)"
+        "the waiter's node outlived it (left to die with the session?) {}",
+        waiter.stderr()
     );
     assert_eq!(zk.children(&path), vec![held.node_name().to_string()]);
     holder.release();
