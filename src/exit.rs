@@ -8,7 +8,7 @@ mod table;
 
 use std::process::ExitCode;
 
-pub use table::{BREAK, LIST, RUN, STATUS, help};
+pub use table::{BREAK, HOLD, LIST, RELEASE, RUN, STATUS, help};
 use zklock::zk::records::Error as ZkError;
 
 /// How `zklock` ends.

@@ -8,7 +8,7 @@ use clap::CommandFactory;
 use clap::ValueHint;
 use clap_complete::Shell;
 
-use crate::cli::{Cli, ENVIRONMENT_HELP, SUBCOMMANDS, reference};
+use crate::cli::{Cli, ENVIRONMENT_HELP, HOLD_HELP, SUBCOMMANDS, reference};
 use crate::exit::{self, Exit};
 use crate::report::write_stdout;
 
@@ -146,6 +146,7 @@ fn reference_sections(
     // and the config file.
     let exit_rows = match subcommand {
         None | Some("run") => Some(exit::RUN),
+        Some("hold") => Some(exit::HOLD),
         Some("status") => Some(exit::STATUS),
         Some("list") => Some(exit::LIST),
         Some("break") => Some(exit::BREAK),
@@ -159,8 +160,17 @@ fn reference_sections(
             environment.push_str(".SS \"Given to the command\"\n");
             environment.push_str(&preformatted(&body(ENVIRONMENT_HELP)));
         }
+        if subcommand == Some("hold") {
+            environment.push_str(".SS \"Printed for the shell\"\n");
+            environment.push_str(&preformatted(&body(HOLD_HELP)));
+        }
         sections.push(("ENVIRONMENT", environment));
         sections.push(("FILES", preformatted(reference::CONFIG_FILE)));
+    }
+    // `release` does not connect: its exit statuses only.
+    if subcommand == Some("release") {
+        let table = body(&exit::help(exit::RELEASE));
+        sections.push(("EXIT STATUS", preformatted(&table)));
     }
     let see_also: Vec<String> = match subcommand {
         None => SUBCOMMANDS
@@ -295,6 +305,8 @@ mod generated_files {
             (Some("status"), "JSON OUTPUT|EXIT STATUS|ENVIRONMENT|FILES"),
             (Some("list"), "JSON OUTPUT|EXIT STATUS|ENVIRONMENT|FILES"),
             (Some("break"), "EXIT STATUS|ENVIRONMENT|FILES"),
+            (Some("hold"), "EXIT STATUS|ENVIRONMENT|FILES"),
+            (Some("release"), "EXIT STATUS|SEE ALSO"),
             (Some("man"), "SEE ALSO"),
         ] {
             let found = sections(&page(name));

@@ -12,6 +12,7 @@ mod tests {
     /// from its own top-level module or from a lower layer.
     const LAYERS: &[&[&str]] = &[
         &["main"],
+        &["hold"],
         &["run", "status", "list", "break_lock", "generate"],
         &["cli", "present"],
         &["lock", "command"],

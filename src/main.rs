@@ -3,6 +3,8 @@
 // main parses the command line (cli) and calls one subcommand. Below it,
 // layers, each importing only from the ones below it (nothing imports back
 // up, and no two modules import each other):
+//   hold                     `zklock hold` and `zklock release`, built on
+//                            run's steps (run never imports hold)
 //   run, status, list,       one module per subcommand (`break_lock` is
 //   break_lock, generate     `zklock break`; `generate` prints completions
 //                            and man pages)
@@ -28,6 +30,7 @@ mod cli;
 mod command;
 mod exit;
 mod generate;
+mod hold;
 mod layers;
 mod list;
 mod lock;
@@ -51,17 +54,14 @@ fn main() -> ExitCode {
     if command::keeper::is_hidden_mode() {
         command::keeper::run_hidden_mode();
     }
-    let cli = match cli::Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(err) => return usage_error(err),
-    };
-    let outcome = match cli.command {
-        Command::Run(args) => run::run(args),
-        Command::Status(args) => status::status(args),
-        Command::List(args) => list::list(args),
-        Command::Break(args) => break_lock::break_lock(args),
-        Command::Completions { shell } => generate::completions(shell),
-        Command::Man { subcommand } => generate::man(subcommand.as_deref()),
+    let outcome = if hold::holder::is_hidden_mode() {
+        hold::holder::main()
+    } else {
+        let cli = match cli::Cli::try_parse() {
+            Ok(cli) => cli,
+            Err(err) => return usage_error(err),
+        };
+        dispatch(cli.command)
     };
     match outcome {
         Ok(exit) => exit.into(),
@@ -69,6 +69,19 @@ fn main() -> ExitCode {
             report::say(format_args!("{err:#}"));
             Exit::for_error(&err).into()
         }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<Exit> {
+    match command {
+        Command::Run(args) => run::run(args),
+        Command::Hold(args) => hold::hold(args),
+        Command::Release(args) => hold::release(args),
+        Command::Status(args) => status::status(args),
+        Command::List(args) => list::list(args),
+        Command::Break(args) => break_lock::break_lock(args),
+        Command::Completions { shell } => generate::completions(shell),
+        Command::Man { subcommand } => generate::man(subcommand.as_deref()),
     }
 }
 

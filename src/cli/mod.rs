@@ -8,9 +8,11 @@ use crate::exit::{self, help};
 use crate::session::Options;
 use crate::values::{LockPath, ZnodePath};
 
+mod hold;
 pub mod reference;
 mod run;
 
+pub use hold::{Format, HOLD_HELP, HoldArgs, OnLost, ReleaseArgs};
 pub use run::{ENVIRONMENT_HELP, RunArgs};
 
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
@@ -36,6 +38,32 @@ pub enum Command {
     ///   zklock run --once-per 20h -q /locks/nightly-backup -- ./backup.sh
     #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{}", help(exit::RUN)), verbatim_doc_comment)]
     Run(RunArgs),
+
+    /// Take the lock at PATH and keep it for the calling shell's next steps.
+    ///
+    /// Waits as `zklock run` does, then prints shell assignments of
+    /// ZKLOCK_* and returns, while a holder process keeps the lock: until
+    /// the calling process (the script's shell) exits, however it exits, or
+    /// until `zklock release`. A lost lock sends the calling process
+    /// SIGTERM (--on-lost).
+    ///
+    /// Examples:
+    ///   eval "$(zklock hold /locks/deploy)"; ./migrate.sh; zklock release
+    ///   zklock hold --until-released --max-hold 1h --format github-env \
+    ///       /locks/deploy >> "$GITHUB_ENV"
+    #[command(after_help = format!("{HOLD_HELP}\n\n{}", help(exit::HOLD)), verbatim_doc_comment)]
+    Hold(HoldArgs),
+
+    /// Release a lock taken by `zklock hold`, and wait for ZooKeeper's answer.
+    ///
+    /// Without PATH, the hold named by ZKLOCK_HOLD; with PATH, this user's
+    /// hold of PATH on this host (from any shell: a CI job's last step).
+    ///
+    /// Examples:
+    ///   zklock release
+    ///   zklock release /locks/deploy
+    #[command(after_help = help(exit::RELEASE), verbatim_doc_comment)]
+    Release(ReleaseArgs),
 
     /// Show who holds each lock and who waits, in queue order.
     ///
@@ -103,7 +131,16 @@ pub enum Command {
 }
 
 /// Every subcommand's name (a unit test keeps it complete).
-pub const SUBCOMMANDS: [&str; 6] = ["run", "status", "list", "break", "completions", "man"];
+pub const SUBCOMMANDS: [&str; 8] = [
+    "run",
+    "hold",
+    "release",
+    "status",
+    "list",
+    "break",
+    "completions",
+    "man",
+];
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {

@@ -79,12 +79,18 @@ ENTRY:
   waited_seconds seconds since `since` (this host's clock), for waiters
   holder         a zklock node's data: host, pid (the command's once it
                  runs), zklock_pid, user, command or label, version, acquired,
-                 and ci (CI) when it runs in a CI job
+                 ci (CI) when it runs in a CI job, and hold (HOLD) for a
+                 `zklock hold`
   data           another client's node data, as text
 
 CI:
   provider       github-actions, gitlab, jenkins, buildkite or circleci
   url            the job's (or run's, build's) web page
+
+HOLD:
+  bound_pid, bound_name  the process whose exit releases it (absent with
+                 --until-released)
+  until          --max-hold's end, RFC 3339 (the holder's clock)
 
 RUN:
   start_ms, start  when the run started (server clock; ms, RFC 3339)

@@ -30,11 +30,8 @@ refused (64).";
     override_usage = "zklock run [OPTIONS] PATH -- CMD [ARGS]...\n       zklock run [OPTIONS] PATH -c STRING"
 )]
 pub struct RunArgs {
-    /// Lock path in ZooKeeper, e.g. /locks/nightly-backup (created as
-    /// needed). With several paths, all are taken (in bytewise order, under
-    /// one deadline) before the command starts.
-    #[arg(value_name = "PATH", required = true)]
-    pub paths: Vec<LockPath>,
+    #[command(flatten)]
+    pub lock: LockArgs,
 
     /// The command to run and its arguments, given after `--`.
     #[arg(last = true, value_name = "CMD", value_hint = ValueHint::CommandWithArguments)]
@@ -48,6 +45,40 @@ pub struct RunArgs {
         conflicts_with = "argv"
     )]
     pub shell: Option<OsString>,
+
+    /// After forwarding a terminating signal, or when the lock is lost, kill
+    /// the command's process group if it is still running after DURATION.
+    /// Default: the largest value that fits the session the ensemble grants,
+    /// at most 5s (`-v` says which). A value given here that does not fit is
+    /// refused (exit 64).
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub kill_after: Option<Seconds>,
+
+    /// Send SIGTERM to the command's process group after it has run for
+    /// DURATION (waiting for the lock does not count), SIGKILL --kill-after
+    /// later; zklock then exits 124. 0 means no limit, as in timeout(1).
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub max_runtime: Option<Seconds>,
+}
+
+/// The lock options are read as the run's own (`args.timeout`).
+impl std::ops::Deref for RunArgs {
+    type Target = LockArgs;
+
+    fn deref(&self) -> &LockArgs {
+        &self.lock
+    }
+}
+
+/// The options of `zklock run` that take a lock, shared with `zklock hold`
+/// (docs/design.md, "Holds").
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Lock path in ZooKeeper, e.g. /locks/nightly-backup (created as
+    /// needed). With several paths, all are taken (in bytewise order, under
+    /// one deadline) before the command starts.
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<LockPath>,
 
     /// Store TEXT (a CI job URL, "nightly backup") in the lock node instead
     /// of the command line. Node data is readable by every client that can
@@ -114,14 +145,6 @@ pub struct RunArgs {
     #[arg(short = 'E', long, value_name = "N", allow_negative_numbers = true, default_value_t = CONFLICT_DEFAULT)]
     pub conflict_exit_code: u8,
 
-    /// After forwarding a terminating signal, or when the lock is lost, kill
-    /// the command's process group if it is still running after DURATION.
-    /// Default: the largest value that fits the session the ensemble grants,
-    /// at most 5s (`-v` says which). A value given here that does not fit is
-    /// refused (exit 64).
-    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
-    pub kill_after: Option<Seconds>,
-
     /// What a lost connection means while the command runs: `lease` keeps
     /// it running while the session can still come back (until the lease
     /// deadline); `kill` treats any disconnection as losing the lock.
@@ -148,12 +171,6 @@ pub struct RunArgs {
         requires = "once_per"
     )]
     pub retry_after: Option<Seconds>,
-
-    /// Send SIGTERM to the command's process group after it has run for
-    /// DURATION (waiting for the lock does not count), SIGKILL --kill-after
-    /// later; zklock then exits 124. 0 means no limit, as in timeout(1).
-    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
-    pub max_runtime: Option<Seconds>,
 
     /// At exit, write a Prometheus text-format report of the run (for
     /// node_exporter's textfile collector) to FILE, atomically.
@@ -206,6 +223,15 @@ impl RunArgs {
         }
     }
 
+    /// The command's time limit; `--max-runtime 0` is none.
+    pub fn runtime_limit(&self) -> Option<Duration> {
+        self.max_runtime
+            .map(|limit| limit.0)
+            .filter(|limit| !limit.is_zero())
+    }
+}
+
+impl LockArgs {
     /// How long to wait for the lock; `Some(ZERO)` means do not wait.
     pub fn wait_limit(&self) -> Option<Duration> {
         if self.no_wait {
@@ -213,13 +239,6 @@ impl RunArgs {
         } else {
             self.timeout.map(|t| t.0)
         }
-    }
-
-    /// The command's time limit; `--max-runtime 0` is none.
-    pub fn runtime_limit(&self) -> Option<Duration> {
-        self.max_runtime
-            .map(|limit| limit.0)
-            .filter(|limit| !limit.is_zero())
     }
 
     pub fn lock_kind(&self) -> LockKind {

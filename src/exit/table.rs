@@ -147,6 +147,47 @@ pub const BREAK: &[Row] = &[
     SOFTWARE,
 ];
 
+/// `zklock hold`'s exit statuses (docs/design.md, "Holds"): those of
+/// `run` before its command.
+pub const HOLD: &[Row] = &[
+    row(
+        &[Exit::Command(0)],
+        "held: the variables are printed, and a holder keeps the lock",
+    ),
+    named(
+        "128+N",
+        &[Exit::Signal(0)],
+        "interrupted by signal N while waiting",
+    ),
+    row(
+        &[Exit::Conflict(CONFLICT_DEFAULT)],
+        "lock not acquired, as for run (-E changes it)",
+    ),
+    UNAVAILABLE,
+    row(
+        &[Exit::NoPermission],
+        "authentication failed or an ACL denies access",
+    ),
+    USAGE,
+    SOFTWARE,
+];
+
+/// `zklock release`'s exit statuses (docs/design.md, "Holds").
+pub const RELEASE: &[Row] = &[
+    row(
+        &[Exit::Command(0)],
+        "released (ZooKeeper confirmed it, or could not be reached and the \
+         session ends by itself)",
+    ),
+    row(
+        &[Exit::LockLost],
+        "the lock had been lost before the release (the reason is printed)",
+    ),
+    row(&[Exit::Usage], "usage error, or no such hold"),
+    row(&[Exit::NoPermission], "the hold is another user's"),
+    SOFTWARE,
+];
+
 /// The `Exit status:` section of a `--help` text (and of a man page): the
 /// codes in a column, their meanings filled to 80 columns beside them.
 pub fn help(rows: &[Row]) -> String {
@@ -183,7 +224,7 @@ mod tests {
     fn rows_show_the_codes_of_their_exits() {
         assert_eq!(RUN[9].code(), "126 / 127");
         assert_eq!(BREAK[2].code(), "75");
-        for rows in [RUN, STATUS, LIST, BREAK] {
+        for rows in [RUN, HOLD, RELEASE, STATUS, LIST, BREAK] {
             for row in rows.iter().filter(|row| row.name.is_some()) {
                 assert!(
                     matches!(row.exits, [Exit::Command(_)] | [Exit::Signal(_)]),
@@ -251,7 +292,7 @@ mod tests {
             ),
             "{text}"
         );
-        for rows in [RUN, STATUS, LIST, BREAK] {
+        for rows in [RUN, HOLD, RELEASE, STATUS, LIST, BREAK] {
             let text = help(rows);
             assert!(text.lines().all(|line| line.len() <= 80), "{text}");
             for row in rows {

@@ -45,6 +45,23 @@ pub struct HolderData {
     /// The run's age on ZooKeeper's clock (supersede.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_czxid: Option<i64>,
+    /// Set by `zklock hold`'s holder: what the hold is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldBinding>,
+}
+
+/// What a hold (`zklock hold`) is bound to (docs/design.md, "Holds").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldBinding {
+    /// The calling process, whose exit releases the hold; none with
+    /// `--until-released`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_name: Option<String>,
+    /// `--max-hold`'s end, RFC 3339 (the holder's clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 /// At most this many bytes of the command line (or label) are stored: the
@@ -85,6 +102,7 @@ impl HolderData {
             }),
             supersede: None,
             first_czxid: None,
+            hold: None,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::{escape_controls, whole_seconds};
-use crate::lock::holder::{HolderData, Seen};
+use crate::lock::holder::{HoldBinding, HolderData, Seen};
 use crate::values::{Precision, rfc3339, server_time};
 
 /// How much of a holder a line has room for.
@@ -44,6 +44,9 @@ pub fn who(holder: &HolderData, detail: Detail) -> String {
     }
     parts.retain(|part| !part.is_empty());
     let mut who = parts.join(" ");
+    if let Some(hold) = holder.hold.as_ref().filter(|_| detail == Detail::Full) {
+        who.push_str(&format!(", {}", bound(hold)));
+    }
     // Last, and followed by a space or the end of the line, never by a
     // bracket: CI logs and terminals then link the whole URL.
     if let Some(ci) = &holder.ci {
@@ -53,6 +56,21 @@ pub fn who(holder: &HolderData, detail: Detail) -> String {
         who.push_str(&format!("CI job {}", escape_controls(&ci.url)));
     }
     who
+}
+
+/// What a hold is bound to (docs/design.md, "Holds"): `bound to pid 4242
+/// (bash)`, or `until released`, then `, at most until ...` with
+/// --max-hold.
+fn bound(hold: &HoldBinding) -> String {
+    let bound = match (hold.bound_pid, &hold.bound_name) {
+        (Some(pid), Some(name)) => format!("bound to pid {pid} ({})", escape_controls(name)),
+        (Some(pid), None) => format!("bound to pid {pid}"),
+        (None, _) => "until released".to_owned(),
+    };
+    match &hold.until {
+        Some(until) => format!("{bound}, at most until {}", escape_controls(until)),
+        None => bound,
+    }
 }
 
 /// What it runs: its label, or its command line, escaped to one line.
@@ -142,6 +160,34 @@ mod tests {
             ctime: 1_795_341_600_000,
             mtime: 1_795_342_800_000,
         }
+    }
+
+    #[test]
+    fn a_hold_says_what_it_is_bound_to() {
+        let data = HolderData {
+            hold: Some(HoldBinding {
+                bound_pid: Some(4242),
+                bound_name: Some("bash\n".into()),
+                until: None,
+            }),
+            ..HolderData::ours(&["zklock".into(), "hold".into()], None)
+        };
+        let me = std::process::id();
+        let held = describe(&seen(&data.acquired(me).to_bytes())).unwrap();
+        assert!(held.starts_with(&format!("pid {me} on ")), "{held}");
+        assert!(
+            held.contains(", bound to pid 4242 (bash\\n) since 2026-11-22T10:20:00Z: zklock hold"),
+            "{held}"
+        );
+        let unbound = HoldBinding {
+            bound_pid: None,
+            bound_name: None,
+            until: Some("2026-11-22T11:00:00Z".into()),
+        };
+        assert_eq!(
+            bound(&unbound),
+            "until released, at most until 2026-11-22T11:00:00Z"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{LockStatus, age, client_name, entry_kind_name, path_kind_name};
 use crate::lock::directory::{Entry, LockView, PathKind};
-use crate::lock::holder::HolderData;
+use crate::lock::holder::{HoldBinding, HolderData};
 use crate::lock::record::RunRecord;
 use crate::origin::ci::CiJob;
 use crate::values::{Precision, rfc3339, server_time};
@@ -94,6 +94,19 @@ pub struct HolderJson {
     pub supersede: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_czxid: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<HoldJson>,
+}
+
+/// What a hold (`zklock hold`) is bound to.
+#[derive(Debug, PartialEq, Serialize)]
+pub struct HoldJson {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 /// The CI job a holder runs in.
@@ -152,6 +165,7 @@ impl From<&HolderData> for HolderJson {
             ci,
             supersede,
             first_czxid,
+            hold,
         } = data.clone();
         HolderJson {
             host,
@@ -165,6 +179,17 @@ impl From<&HolderData> for HolderJson {
             ci: ci.map(|CiJob { provider, url }| CiJson { provider, url }),
             supersede,
             first_czxid,
+            hold: hold.map(
+                |HoldBinding {
+                     bound_pid,
+                     bound_name,
+                     until,
+                 }| HoldJson {
+                    bound_pid,
+                    bound_name,
+                    until,
+                },
+            ),
         }
     }
 }

@@ -21,18 +21,18 @@ use crate::session::{Session, is_session_lost};
 use crate::values::human_duration;
 
 /// Every lock taken, in the session that holds them.
-pub(super) struct Taken {
-    pub(super) session: Session,
+pub(crate) struct Taken {
+    pub(crate) session: Session,
     /// The nodes, in acquisition order.
-    pub(super) held: Vec<Node>,
+    pub(crate) held: Vec<Node>,
     /// The watch set on each node while waiting, if any, by position.
-    pub(super) watches: Vec<Option<NodeWatch>>,
-    pub(super) policy: LeasePolicy,
+    pub(crate) watches: Vec<Option<NodeWatch>>,
+    pub(crate) policy: LeasePolicy,
 }
 
 /// Connects and takes every lock under one deadline. A lost session or node
 /// while waiting means queueing again in a new session, deadline allowing.
-pub(super) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Taken>> {
+pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Taken>> {
     let report = plan.report;
     let deadline = plan
         .args
@@ -244,7 +244,7 @@ async fn take_in_order(
 
 /// Resolves with the first signal that should end zklock while it connects
 /// or waits.
-pub(super) async fn abort_signal(signals: &mut Signals) -> i32 {
+pub(crate) async fn abort_signal(signals: &mut Signals) -> i32 {
     loop {
         let signal = signals.recv().await;
         if aborts_waiting(signal) {

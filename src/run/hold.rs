@@ -19,7 +19,7 @@ use zklock::zk::burst::Burst;
 use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
 use crate::exit::Exit;
-use crate::lock::lease::{self, LeasePolicy};
+use crate::lock::lease::{self, LeasePolicy, LossReason};
 use crate::lock::queue::{Node, NodeWatch};
 use crate::session::{Release, Session};
 use crate::values::{Precision, rfc3339};
@@ -29,17 +29,17 @@ use crate::values::{Precision, rfc3339};
 const ACQUIRED_WRITE_DELAY: Duration = Duration::from_millis(20);
 
 /// The lock the command runs under, as the lease watches it.
-pub(super) struct HeldLock {
-    pub(super) nodes: Vec<String>,
+pub(crate) struct HeldLock {
+    pub(crate) nodes: Vec<String>,
     /// The watches set on `nodes` while waiting, by position.
-    pub(super) watches: Vec<Option<NodeWatch>>,
+    pub(crate) watches: Vec<Option<NodeWatch>>,
     /// The session that owns `nodes`.
-    pub(super) owner: i64,
+    pub(crate) owner: i64,
     /// Whether `nodes` are ours to delete once the command is done (not
     /// when a nested run re-entered an enclosing run's lock).
-    pub(super) ours: bool,
+    pub(crate) ours: bool,
     /// The `--once-per` run to record before releasing the lock.
-    pub(super) record: Option<once::Pending>,
+    pub(crate) record: Option<once::Pending>,
 }
 
 /// Spawns the command and supervises it while `lock` holds; then sends the
@@ -50,7 +50,7 @@ pub(super) async fn run_command(
     plan: &Plan<'_>,
     signals: &mut Signals,
     session: &Session,
-    lock: HeldLock,
+    mut lock: HeldLock,
     policy: LeasePolicy,
     env: &[(&'static str, String)],
     prepared: Prepared,
@@ -60,56 +60,9 @@ pub(super) async fn run_command(
     let child = Child::spawn(prepared, env)?;
     notify::ready(|| held_status(env));
     ping::started();
-    // One write per node (docs/design.md, "Holder data"), only once the
-    // command has run for ACQUIRED_WRITE_DELAY: the server serves a
-    // session's requests in order, so a write in flight when a short
-    // command ends would hold up the delete the next waiter waits for. A
-    // watch set while waiting fires on it; a node without one is first
-    // watched after it (`lease::WatchFrom`).
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
-    let (written, unwatched_from) = tokio::sync::watch::channel(false);
-    let lease = lease::lost(
-        session.client(),
-        &lock.nodes,
-        lock.watches,
-        unwatched_from,
-        policy,
-        lock.owner,
-        &deadline,
-        plan.report,
-    );
-    // Their answers matter to no one (correctness never depends on node
-    // data; the lease's watches see a node gone): nothing awaits them.
-    let recording = async {
-        let written = written;
-        if !lock.ours {
-            return; // `written` dropped: the lease watches at once
-        }
-        tokio::time::sleep(ACQUIRED_WRITE_DELAY).await;
-        // Written at once, in one write, so the lease's reads go out
-        // after these writes.
-        let mut burst = Burst::default();
-        for node in &lock.nodes {
-            drop(burst.set_data(node, &acquired, -1));
-        }
-        session.client().send(burst);
-        let _ = written.send(true);
-    };
-    let lost = async {
-        let lost = async {
-            match select(pin!(lease), pin!(recording)).await {
-                Either::Left((reason, _)) => reason,
-                Either::Right(((), lease)) => lease.await,
-            }
-        };
-        // The watchdog is fed only until the lock is lost.
-        let reason = match select(pin!(lost), pin!(notify::watchdog())).await {
-            Either::Left((reason, _)) => reason,
-            Either::Right((never, _)) => match never {},
-        };
-        notify::stopping();
-        reason
-    };
+    let watches = std::mem::take(&mut lock.watches);
+    let lost = lease_watch(plan, session, &lock, watches, policy, &deadline, acquired);
     let report = plan.report;
     let limits = child::Limits {
         kill_after: policy.kill_after,
@@ -137,9 +90,71 @@ pub(super) async fn run_command(
     Ok((exit, release))
 }
 
+/// Records the acquisition in our nodes (`acquired`, the node data) and
+/// watches them as the lease does; resolves with why the lock was lost,
+/// feeding systemd's watchdog until then. Shared by a run's command and a
+/// hold's holder (docs/design.md, "Holds").
+pub(crate) async fn lease_watch(
+    plan: &Plan<'_>,
+    session: &Session,
+    lock: &HeldLock,
+    watches: Vec<Option<NodeWatch>>,
+    policy: LeasePolicy,
+    deadline: &lease::Deadline,
+    acquired: Vec<u8>,
+) -> LossReason {
+    // One write per node (docs/design.md, "Holder data"), only once the
+    // command has run for ACQUIRED_WRITE_DELAY: the server serves a
+    // session's requests in order, so a write in flight when a short
+    // command ends would hold up the delete the next waiter waits for. A
+    // watch set while waiting fires on it; a node without one is first
+    // watched after it (`lease::WatchFrom`).
+    let (written, unwatched_from) = tokio::sync::watch::channel(false);
+    let lease = lease::lost(
+        session.client(),
+        &lock.nodes,
+        watches,
+        unwatched_from,
+        policy,
+        lock.owner,
+        deadline,
+        plan.report,
+    );
+    // Their answers matter to no one (correctness never depends on node
+    // data; the lease's watches see a node gone): nothing awaits them.
+    let recording = async {
+        let written = written;
+        if !lock.ours {
+            return; // `written` dropped: the lease watches at once
+        }
+        tokio::time::sleep(ACQUIRED_WRITE_DELAY).await;
+        // Written at once, in one write, so the lease's reads go out
+        // after these writes.
+        let mut burst = Burst::default();
+        for node in &lock.nodes {
+            drop(burst.set_data(node, &acquired, -1));
+        }
+        session.client().send(burst);
+        let _ = written.send(true);
+    };
+    let lost = async {
+        match select(pin!(lease), pin!(recording)).await {
+            Either::Left((reason, _)) => reason,
+            Either::Right(((), lease)) => lease.await,
+        }
+    };
+    // The watchdog is fed only until the lock is lost.
+    let reason = match select(pin!(lost), pin!(notify::watchdog())).await {
+        Either::Left((reason, _)) => reason,
+        Either::Right((never, _)) => match never {},
+    };
+    notify::stopping();
+    reason
+}
+
 /// systemd's status line while the command runs: since when, and the
 /// fencing tokens the command was given.
-fn held_status(env: &[(&'static str, String)]) -> String {
+pub(crate) fn held_status(env: &[(&'static str, String)]) -> String {
     let given = |name| {
         env.iter()
             .find(|(key, _)| *key == name)
@@ -156,7 +171,7 @@ fn held_status(env: &[(&'static str, String)]) -> String {
 
 /// The contract of docs/design.md, "Given to the command". With several paths, each variable
 /// lists one line per path, in the order the paths were given.
-pub(super) fn command_environment(
+pub(crate) fn command_environment(
     paths: &[&str],
     order: &[&str],
     held: &[Node],

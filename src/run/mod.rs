@@ -2,17 +2,19 @@
 //! `zklock run`"):
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
-mod acquire;
+pub(crate) mod acquire;
 mod give_up;
-mod hold;
-mod metrics;
-mod nested;
+pub(crate) mod hold;
+pub(crate) mod metrics;
+pub(crate) mod nested;
 pub(crate) mod notify;
-mod once;
+pub(crate) mod once;
 pub(crate) mod ping;
-mod plan;
+pub(crate) mod plan;
 mod wait;
 
+use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -30,6 +32,18 @@ use crate::report::Report;
 use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
+    drive(&args, |outputs| lifecycle(&args, Rc::clone(&outputs.facts)))
+}
+
+/// Runs `lifecycle` on a current-thread runtime, with the outputs that
+/// follow a run's life around it: the metrics file and the health-check
+/// pings (docs/design.md, "Metrics file"), given the outcome once it is
+/// known. Shared with `zklock hold`'s holder, whose hold is its "command".
+pub(crate) fn drive<F, Fut>(args: &RunArgs, lifecycle: F) -> Result<Exit>
+where
+    F: FnOnce(Rc<Outputs>) -> Fut,
+    Fut: Future<Output = Result<Exit>>,
+{
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
     let metrics = match &args.metrics_file {
@@ -50,28 +64,52 @@ pub fn run(args: RunArgs) -> Result<Exit> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let facts = Rc::new(metrics::Facts::new());
-    let verbosity = args.verbosity();
-    let result = runtime.block_on(lifecycle(args, Rc::clone(&facts)));
+    let outputs = Rc::new(Outputs {
+        facts: Rc::new(metrics::Facts::new()),
+        metrics: RefCell::new(metrics),
+        finished: Cell::new(false),
+        verbosity: args.verbosity(),
+    });
+    let result = runtime.block_on(lifecycle(Rc::clone(&outputs)));
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
     runtime.shutdown_background();
-    // After the lock is released: a slow check delays only zklock's exit.
-    facts.ping_failures(ping::finish(&result, facts.has_run(), facts.skip()));
-    if let Some(metrics) = metrics {
-        if let Err(err) = metrics.write(&result, &facts) {
-            Report(verbosity).error(format_args!(
-                "cannot write the metrics file {}: {err}",
-                metrics.path().display()
-            ));
-        }
-    }
+    outputs.finish(&result);
     result
 }
 
-async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
+/// The outputs given the outcome (see [`drive`]).
+pub(crate) struct Outputs {
+    pub(crate) facts: Rc<metrics::Facts>,
+    metrics: RefCell<Option<metrics::MetricsFile>>,
+    finished: Cell<bool>,
+    verbosity: crate::report::Verbosity,
+}
+
+impl Outputs {
+    /// Pings and writes the metrics file for `result`, once: a holder whose
+    /// lock is lost reports it then, not when it ends.
+    pub(crate) fn finish(&self, result: &Result<Exit>) {
+        if self.finished.replace(true) {
+            return;
+        }
+        let facts = &self.facts;
+        // After the lock is released: a slow check delays only zklock's exit.
+        facts.ping_failures(ping::finish(result, facts.has_run(), facts.skip()));
+        if let Some(metrics) = self.metrics.borrow_mut().take() {
+            if let Err(err) = metrics.write(result, facts) {
+                Report(self.verbosity).error(format_args!(
+                    "cannot write the metrics file {}: {err}",
+                    metrics.path().display()
+                ));
+            }
+        }
+    }
+}
+
+async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     let mut signals = Signals::install()?;
-    let plan = Plan::new(&args)?;
+    let plan = Plan::new(args)?;
     if let Step::End(exit) = nested::reenter(&plan, &mut signals).await? {
         return Ok(exit);
     }
@@ -97,7 +135,7 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
         ));
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
-    facts.acquired(first_token(&plan, &held));
+    facts.acquired(first_token(&plan.paths, &plan.order, &held));
     let record = match once::check(&plan, session.client(), &held, &facts).await {
         Ok(Step::Go(record)) => record,
         Ok(Step::End(skipped)) => {
@@ -140,8 +178,9 @@ async fn lifecycle(args: RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     Ok(exit)
 }
 
-/// The fencing token of the first path given (for the metrics file).
-fn first_token(plan: &Plan<'_>, held: &[Node]) -> i64 {
-    let first = plan.order.iter().position(|p| *p == plan.paths[0]);
+/// The fencing token of the first path given (for the metrics file), of
+/// `held` in `order`.
+pub(crate) fn first_token(paths: &[&str], order: &[&str], held: &[Node]) -> i64 {
+    let first = order.iter().position(|p| *p == paths[0]);
     first.and_then(|i| held.get(i)).map_or(0, |node| node.czxid)
 }

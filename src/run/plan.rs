@@ -17,32 +17,39 @@ use crate::report::Report;
 use crate::session::{Settings, connection_timeout_for};
 
 /// Everything decided from the command line before talking to ZooKeeper.
-pub(super) struct Plan<'a> {
-    pub(super) args: &'a RunArgs,
-    pub(super) argv: Vec<OsString>,
+pub(crate) struct Plan<'a> {
+    pub(crate) args: &'a RunArgs,
+    pub(crate) argv: Vec<OsString>,
     /// The lock paths as given (for the environment) and in the order they
     /// are taken.
-    pub(super) paths: Vec<&'a str>,
-    pub(super) order: Vec<&'a str>,
-    pub(super) kind: LockKind,
-    pub(super) connect: Settings,
+    pub(crate) paths: Vec<&'a str>,
+    pub(crate) order: Vec<&'a str>,
+    pub(crate) kind: LockKind,
+    pub(crate) connect: Settings,
     /// The ACL of every node we create.
-    pub(super) acls: Vec<zklock::zk::records::Acl>,
-    pub(super) wait: bool,
+    pub(crate) acls: Vec<zklock::zk::records::Acl>,
+    pub(crate) wait: bool,
     /// What our nodes say about us (holder.rs), less what a wait learns.
-    pub(super) own: HolderData,
+    pub(crate) own: HolderData,
     /// With `--supersede`, once a node was created: the czxid of the first,
     /// which every node created after it carries (holder.rs).
-    pub(super) first_queued: Cell<Option<i64>>,
-    pub(super) report: Report,
+    pub(crate) first_queued: Cell<Option<i64>>,
+    pub(crate) report: Report,
 }
 
 impl<'a> Plan<'a> {
-    pub(super) fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
+    pub(crate) fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
-        let paths = args.lock_paths().map_err(Failure::usage)?;
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
+        Plan::holding(args, argv)
+    }
+
+    /// The plan of a holder that runs no command (`zklock hold`): `what`
+    /// stands for it in our nodes (docs/design.md, "Holds").
+    pub(crate) fn holding(args: &'a RunArgs, what: Vec<OsString>) -> Result<Plan<'a>> {
+        let argv = what;
+        let paths = args.lock_paths().map_err(Failure::usage)?;
         let connect = args.connection.settings()?;
         let mut own = HolderData::ours(&argv, args.label.as_deref());
         // Read by newer --supersede runs: only such waiters may be removed.
@@ -72,7 +79,7 @@ impl<'a> Plan<'a> {
     }
 
     /// What our nodes say about us now (holder.rs).
-    pub(super) fn holder(&self) -> HolderData {
+    pub(crate) fn holder(&self) -> HolderData {
         HolderData {
             first_czxid: self.first_queued.get(),
             ..self.own.clone()
@@ -82,7 +89,7 @@ impl<'a> Plan<'a> {
     /// The lease rule for a (requested or granted) session timeout, with
     /// `--kill-after` as given (refused if it does not fit) or, if unset,
     /// the largest that fits.
-    pub(super) fn policy(&self, session_timeout: Duration) -> Result<LeasePolicy, String> {
+    pub(crate) fn policy(&self, session_timeout: Duration) -> Result<LeasePolicy, String> {
         let policy = LeasePolicy {
             session_timeout,
             connection_timeout: connection_timeout_for(session_timeout),

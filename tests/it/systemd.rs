@@ -248,3 +248,24 @@ fn an_abstract_notify_socket_is_told() {
     let status = wait_for_exit(&mut zklock, LONG).expect("zklock exits");
     assert!(status.success(), "{status}");
 }
+
+/// `zklock hold` as a unit's step: its holder tells systemd it is ready once
+/// it holds, and stopping once released (docs/design.md, "Holds").
+#[test]
+fn a_hold_is_ready_when_held_and_stopping_when_released() {
+    let place = crate::hold::Place::new("systemd-hold");
+    let mut systemd = Systemd::bind(&place.dir);
+    let mut cmd = place.bash(
+        r#"set -e
+        eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
+        "$ZKLOCK" release"#,
+    );
+    cmd.env("NOTIFY_SOCKET", place.dir.path().join("notify"));
+    crate::harness::run_bounded(&mut cmd, LONG).assert_code(0);
+    let ready = systemd.until("READY=1", 1, |m| {
+        m.contains("READY=1") && m.contains(&format!("STATUS=holding {} since", place.path))
+    });
+    let stopping = systemd.until("STOPPING=1", 1, |m| m.contains("STOPPING=1"));
+    assert!(ready < stopping, "{:?}", systemd.messages);
+    place.assert_clean(place.zk());
+}

@@ -195,6 +195,28 @@ async fn any_node_lost(
     select_all(checks).await.0
 }
 
+/// Why a lock held through `nodes` is lost, if it is, by one round trip:
+/// a release that asks first never says "released" for a lock deleted a
+/// moment before, whose watch event is then still on its way.
+pub async fn lost_now(client: &Client, nodes: &[String], owner: i64) -> Option<LossReason> {
+    let reads = nodes
+        .iter()
+        .map(|node| async move { (node, client.call(|b| b.get_data(node, false)).await) });
+    for (node, read) in futures::future::join_all(reads).await {
+        let owner_read = (read.as_ref())
+            .map(|found| found.stat.ephemeral_owner)
+            .map_err(|err| *err);
+        let event = Event::Read {
+            node,
+            owner: owner_read,
+        };
+        if let Verdict::Lost(reason) = decide(OnDisconnect::Lease, false, owner, event) {
+            return Some(reason);
+        }
+    }
+    None
+}
+
 /// Watches our node with a data watch (starting with `watch` if given):
 /// resolves when it is deleted, found owned by a session other than
 /// `owner`, or the session ends ([`decide`]).

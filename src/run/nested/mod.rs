@@ -17,17 +17,66 @@ use super::plan::Plan;
 use crate::command::child::Child;
 use crate::command::signals::Signals;
 use crate::exit::{Failure, Step};
+use crate::lock::lease::LeasePolicy;
 use crate::lock::queue::Node;
 use crate::lock::recipe;
-use crate::session::retrying;
+use crate::session::{Session, retrying};
 
 /// Runs the command under the enclosing run's locks if it holds them all
 /// (and ends with its exit), refuses if that cannot work, or goes on to the
 /// usual path. Connects only when the environment claims a requested path.
 pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>> {
+    let Entered {
+        session,
+        policy,
+        owner,
+        held,
+    } = match enter(plan, signals).await? {
+        Step::Go(Some(entered)) => entered,
+        Step::Go(None) => return Ok(Step::Go(())),
+        Step::End(exit) => return Ok(Step::End(exit)),
+    };
+    // The same values the enclosing run gave, so a run nested deeper
+    // re-enters too.
+    let env = command_environment(&plan.paths, &plan.paths, &held, owner, &plan.connect);
+    let lock = HeldLock {
+        nodes: held.into_iter().map(|node| node.path).collect(),
+        watches: Vec::new(),
+        owner,
+        ours: false,
+        record: None,
+    };
+    let prepared = Child::prepare(&plan.argv)?;
+    match run_command(plan, signals, &session, lock, policy, &env, prepared).await {
+        Ok((exit, release)) => {
+            session.close_after(release).await;
+            Ok(Step::End(exit))
+        }
+        Err(err) => {
+            session.close(&[]).await;
+            Err(err)
+        }
+    }
+}
+
+/// The enclosing run's (or hold's) locks, confirmed held, and a session of
+/// our own that watches them.
+pub(crate) struct Entered {
+    pub(crate) session: Session,
+    pub(crate) policy: LeasePolicy,
+    /// The enclosing session, which owns `held`.
+    pub(crate) owner: i64,
+    /// Its nodes, in the order the paths were given.
+    pub(crate) held: Vec<Node>,
+}
+
+/// The enclosing locks when the environment claims a requested path and
+/// ZooKeeper confirms every one (None: go on to the usual path), or a
+/// refusal. Connects only when the environment claims a requested path.
+pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Option<Entered>>> {
     let claims = claims::claims(&Inherited::from_env(), &plan.paths);
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
-        return Ok(Step::Go(()));
+        return Ok(Step::Go(None));
     };
     let (session, policy) = match connect(plan, signals, Burst::default()).await? {
         Step::Go(connected) => connected,
@@ -57,7 +106,7 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>>
         Ok(Some(held)) => held,
         other => {
             session.close(&[]).await;
-            return other.map(|_| Step::Go(()));
+            return other.map(|_| Step::Go(None));
         }
     };
     let held: Vec<Node> = held
@@ -70,27 +119,12 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>>
             node.path, node.czxid
         ));
     }
-    // The same values the enclosing run gave, so a run nested deeper
-    // re-enters too.
-    let env = command_environment(&plan.paths, &plan.paths, &held, owner, &plan.connect);
-    let lock = HeldLock {
-        nodes: held.into_iter().map(|node| node.path).collect(),
-        watches: Vec::new(),
+    Ok(Step::Go(Some(Entered {
+        session,
+        policy,
         owner,
-        ours: false,
-        record: None,
-    };
-    let prepared = Child::prepare(&plan.argv)?;
-    match run_command(plan, signals, &session, lock, policy, &env, prepared).await {
-        Ok((exit, release)) => {
-            session.close_after(release).await;
-            Ok(Step::End(exit))
-        }
-        Err(err) => {
-            session.close(&[]).await;
-            Err(err)
-        }
-    }
+        held,
+    })))
 }
 
 /// Reads what decides a claim, after a sync: a new session may be served

@@ -1,0 +1,75 @@
+//! The options of `zklock hold` and `zklock release` (docs/design.md,
+//! "Holds").
+
+use clap::{Args, ValueEnum};
+
+use super::run::LockArgs;
+use crate::values::{LockPath, Seconds};
+
+pub const HOLD_HELP: &str = "\
+Printed on stdout once the lock is held (nothing otherwise), for the shell:
+  ZKLOCK_HOLD           the hold, for `zklock release`
+  ZKLOCK_PATH, ZKLOCK_NODE, ZKLOCK_FENCING_TOKEN, ZKLOCK_SESSION_ID
+                        as `zklock run` gives its command
+
+A zklock run or hold inside the hold on the same paths runs at once under it.";
+
+#[derive(Debug, Args)]
+#[command(override_usage = "eval \"$(zklock hold [OPTIONS] PATH...)\"")]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+
+    /// How to print the variables: `sh` (export lines for eval), `json`
+    /// (one object), or `github-env` (lines for "$GITHUB_ENV").
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = Format::Sh)]
+    pub format: Format,
+
+    /// Hold the lock until `zklock release` (from any shell of this user on
+    /// this host), not only while the calling process lives: for CI jobs
+    /// whose steps are separate shells. Needs --max-hold.
+    #[arg(long, requires = "max_hold")]
+    pub until_released: bool,
+
+    /// Release the lock after DURATION at the latest (`1h`); with the
+    /// calling process still running, that counts as losing the lock.
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub max_hold: Option<Seconds>,
+
+    /// What a lost lock does to the calling process: `term` sends it
+    /// SIGTERM (the default when bound to it), `none` leaves it alone (the
+    /// default with --until-released; `zklock release` then exits 76).
+    #[arg(long, value_name = "ACTION", value_enum)]
+    pub on_lost: Option<OnLost>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Sh,
+    Json,
+    GithubEnv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLost {
+    Term,
+    None,
+}
+
+impl HoldArgs {
+    /// What a lost lock does: `--on-lost` as given, or by the binding.
+    pub fn on_lost(&self) -> OnLost {
+        self.on_lost.unwrap_or(match self.until_released {
+            true => OnLost::None,
+            false => OnLost::Term,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lock path of this user's hold on this host to release. Default:
+    /// the hold named by ZKLOCK_HOLD in the environment.
+    #[arg(value_name = "PATH")]
+    pub path: Option<LockPath>,
+}

@@ -1,0 +1,182 @@
+//! `zklock hold` and `zklock release` (docs/design.md, "Holds"): a lock
+//! kept across a script's or a CI job's steps by a holder process of its
+//! own (`holder.rs`), reached through a per-user control socket
+//! (`control.rs`); the variables printed for the shell (`format.rs`).
+
+mod bound;
+mod control;
+mod format;
+pub mod holder;
+mod lifecycle;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result};
+use rustix::process::{Pid, PidfdFlags, Signal};
+
+use self::control::{Released, Unanswered};
+use crate::cli::{HoldArgs, OnLost, ReleaseArgs};
+use crate::command::signals::FORWARDED;
+use crate::exit::{Exit, Failure};
+use crate::report;
+
+/// `zklock hold`: starts the holder, which waits as `zklock run` does on
+/// our stderr; prints the variables it hands over once it holds, or exits
+/// as it did when it does not.
+pub fn hold(args: HoldArgs) -> Result<Exit> {
+    if args.until_released && args.on_lost == Some(OnLost::Term) {
+        return Err(Failure::usage(
+            "--on-lost term needs a calling process to signal; --until-released has none",
+        ));
+    }
+    if args.max_hold.is_some_and(|max| max.0.is_zero()) {
+        return Err(Failure::usage("--max-hold must be more than 0"));
+    }
+    let bound = match args.until_released {
+        true => None,
+        false => Some(calling_process()?),
+    };
+    let mut holder = Command::new("/proc/self/exe");
+    holder
+        .arg0("zklock")
+        .arg(holder::HIDDEN_MODE)
+        .arg(std::process::id().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    match bound {
+        Some((pid, pidfd)) => holder.arg(pid.to_string()).stdin(Stdio::from(pidfd)),
+        None => holder.arg("-").stdin(Stdio::null()),
+    };
+    // `hold` and its arguments, as given.
+    holder.args(std::env::args_os().skip(1));
+    let mut child = holder.spawn().context("starting the holder process")?;
+    // The holder is in a session of its own: a Ctrl-C or a TERM meant for
+    // us while it waits is passed on, and ends its wait with cleanup.
+    let pidfd = rustix::process::pidfd_open(Pid::from_child(&child), PidfdFlags::empty())
+        .context("watching the holder process")?;
+    forward_signals(pidfd)?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    let read = BufReader::new(stdout).read_line(&mut line);
+    if read.is_ok_and(|n| n > 0) {
+        let vars: Vec<(String, String)> =
+            serde_json::from_str(&line).context("reading the holder's variables")?;
+        let printed = format::render(args.format, &vars);
+        let mut stdout = std::io::stdout().lock();
+        let written = stdout
+            .write_all(printed.as_bytes())
+            .and_then(|()| stdout.flush());
+        // A closed stdout too: the caller is gone, or cannot read them.
+        if let Err(err) = written {
+            // Nobody will know of the hold: let it go.
+            let socket = vars.iter().find(|(name, _)| name == "ZKLOCK_HOLD");
+            if let Some((_, socket)) = socket {
+                let _ = control::release(&PathBuf::from(socket));
+            }
+            return Err(err).context("writing the variables on stdout");
+        }
+        return Ok(Exit::Command(0));
+    }
+    // Not held: the holder said why on our stderr; its status is ours.
+    let status = child.wait().context("waiting for the holder process")?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Command(u8::try_from(code).unwrap_or(70)),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Software,
+    })
+}
+
+/// The process that called zklock (the script's shell), and a pidfd on it,
+/// taken while it is surely our parent.
+fn calling_process() -> Result<(i32, OwnedFd)> {
+    let parent = rustix::process::getppid()
+        .ok_or_else(|| Failure::usage("zklock hold has no calling process"))?;
+    let pidfd = rustix::process::pidfd_open(parent, PidfdFlags::empty())
+        .context("watching the calling process")?;
+    // Reparented meanwhile: the pidfd may name a new process with its pid.
+    if rustix::process::getppid() != Some(parent) {
+        return Err(Failure::usage(
+            "the process that called zklock hold has exited",
+        ));
+    }
+    Ok((parent.as_raw_pid(), pidfd))
+}
+
+/// Passes every terminating signal we get on to the holder (its pidfd:
+/// never to a process that reused its pid).
+fn forward_signals(holder: OwnedFd) -> Result<()> {
+    let mut signals =
+        signal_hook::iterator::Signals::new(FORWARDED).context("installing signal handlers")?;
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if let Some(signal) = Signal::from_named_raw(signal) {
+                let _ = rustix::process::pidfd_send_signal(&holder, signal);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `zklock release`: asks the hold's holder to let go, and says how that
+/// went.
+pub fn release(args: ReleaseArgs) -> Result<Exit> {
+    let socket = match &args.path {
+        None => match std::env::var_os("ZKLOCK_HOLD").filter(|s| !s.is_empty()) {
+            Some(socket) => PathBuf::from(socket),
+            None => {
+                return Err(Failure::usage(
+                    "no hold to release: ZKLOCK_HOLD is not set (give the lock PATH)",
+                ));
+            }
+        },
+        Some(path) => {
+            let mut found = control::holds_of(path.as_str())?;
+            match found.len() {
+                0 => {
+                    return Err(Failure::usage(format!(
+                        "no hold of {} by this user on this host",
+                        path.as_str()
+                    )));
+                }
+                1 => found.remove(0),
+                n => {
+                    return Err(Failure::usage(format!(
+                        "{n} holds of {} by this user on this host: release one by its \
+                         ZKLOCK_HOLD",
+                        path.as_str()
+                    )));
+                }
+            }
+        }
+    };
+    match control::release(&socket) {
+        Ok(Released::Confirmed) => Ok(Exit::Command(0)),
+        Ok(Released::Unconfirmed(why)) => {
+            report::say(format_args!("{why}"));
+            Ok(Exit::Command(0))
+        }
+        Ok(Released::Lost(why)) => {
+            report::say(format_args!("the lock was lost before this release: {why}"));
+            Ok(Exit::LockLost)
+        }
+        Err(Unanswered::NoHold) => Err(Failure::usage(format!(
+            "no such hold: {} (released already, or its holder has ended)",
+            socket.display()
+        ))),
+        Err(Unanswered::Refused(why)) => Err(Failure::new(Exit::NoPermission, why).into()),
+        Err(Unanswered::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(Failure::new(
+                Exit::NoPermission,
+                format!("{}: {err} (a hold of another user?)", socket.display()),
+            )
+            .into())
+        }
+        Err(Unanswered::Io(err)) => {
+            Err(err).context(format!("asking the holder at {}", socket.display()))
+        }
+    }
+}
