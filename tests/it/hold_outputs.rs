@@ -1,8 +1,10 @@
 //! What follows a hold's life besides its variables (docs/design.md,
-//! "Holds"): the metrics file (systemd's notification is in systemd.rs).
+//! "Holds"): the metrics file and health-check pings (systemd's
+//! notification is in systemd.rs).
 
 use crate::harness::wait_until;
 use crate::hold::{LONG, Place, read};
+use crate::ping::PingServer;
 
 #[test]
 fn the_metrics_file_follows_the_hold() {
@@ -29,6 +31,54 @@ fn the_metrics_file_follows_the_hold() {
     wait_until(LONG, "the metrics file says 76", || {
         read(&place.file("lost.prom")).contains(&exit_line(76))
     });
+    place
+        .run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#)
+        .assert_code(76);
+    place.assert_clean(zk);
+}
+
+/// `--ping`: the start when the hold is held, success when it is released,
+/// `/76` when it is lost (at `--max-hold`, before any release).
+#[test]
+fn pings_follow_the_hold() {
+    let place = Place::new("hold-ping");
+    let zk = place.zk();
+    let released = PingServer::start(200);
+    place
+        .run(&format!(
+            r#"eval "$("$ZKLOCK" hold --ping '{}' -z "$ZK" "$P")"
+            "$ZKLOCK" release"#,
+            released.url
+        ))
+        .assert_code(0);
+    wait_until(LONG, "the start and the success pings", || {
+        released.requests().len() >= 2
+    });
+    assert_eq!(
+        released.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid HTTP/1.1"
+        ]
+    );
+    let lost = PingServer::start(200);
+    place
+        .run(&format!(
+            r#""$ZKLOCK" hold --until-released --max-hold 1s --ping '{}' \
+            -z "$ZK" "$P" > "$OUT/vars""#,
+            lost.url
+        ))
+        .assert_code(0);
+    wait_until(LONG, "the start and the failure pings", || {
+        lost.requests().len() >= 2
+    });
+    assert_eq!(
+        lost.requests(),
+        [
+            "GET /ping/secret-uuid/start HTTP/1.1",
+            "GET /ping/secret-uuid/76 HTTP/1.1"
+        ]
+    );
     place
         .run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#)
         .assert_code(76);

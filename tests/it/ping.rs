@@ -18,13 +18,13 @@ const LONG: Duration = Duration::from_secs(30);
 
 /// An HTTP server on 127.0.0.1 that answers every request with `status`
 /// and records the request lines in order.
-struct PingServer {
-    url: String,
+pub(crate) struct PingServer {
+    pub(crate) url: String,
     requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl PingServer {
-    fn start(status: u16) -> PingServer {
+    pub(crate) fn start(status: u16) -> PingServer {
         PingServer::serve(status, None)
     }
 
@@ -61,7 +61,7 @@ impl PingServer {
         PingServer { url, requests }
     }
 
-    fn requests(&self) -> Vec<String> {
+    pub(crate) fn requests(&self) -> Vec<String> {
         self.requests.lock().unwrap().clone()
     }
 }
