@@ -5,6 +5,7 @@
 #![allow(clippy::print_stderr)]
 
 mod ci_job;
+mod close_once;
 mod closed_stderr;
 mod completion;
 mod conflict;

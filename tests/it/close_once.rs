@@ -1,0 +1,53 @@
+//! Nodes never left behind: each early way out of `zklock run` that closes the
+//! session without running the command leaves no node of its own once zklock has
+//! exited. Ways out covered elsewhere: an error after acquisition
+//! (`run_basics::command_not_found_is_127`, `command_not_executable_is_126`),
+//! superseded (`supersede::the_newest_waiter_replaces_the_older_ones_and_the_holder_stays`),
+//! a nested run (`reentrant::*`).
+
+use std::time::Duration;
+
+use crate::harness::{Scene, ephemerals, run_bounded};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Runs `zklock run OPTIONS -- true` while another run holds the lock, expects
+/// exit 75, and checks that the holder's node is the only one left.
+fn refused_while_held(tag: &str, options: &[&str]) {
+    let s = Scene::new(tag);
+    let mut holder = s.hold();
+    let out = run_bounded(s.run().args(options).args(["--", "true"]), LONG);
+    out.assert_code(75);
+    assert_eq!(
+        ephemerals(s.zk(), &s.path),
+        holder.nodes(),
+        "only the holder's node is left after the refused run"
+    );
+    holder.finish();
+    s.assert_nothing_left();
+}
+
+#[test]
+fn no_wait_refusal_leaves_no_node() {
+    refused_while_held("close-no-wait", &["--no-wait"]);
+}
+
+#[test]
+fn give_up_at_timeout_leaves_no_node() {
+    refused_while_held("close-timeout", &["--timeout", "1s"]);
+}
+
+#[test]
+fn max_waiting_refusal_leaves_no_node() {
+    refused_while_held("close-max-waiting", &["--max-waiting", "0"]);
+}
+
+#[test]
+fn once_per_skip_leaves_no_lock_node() {
+    let s = Scene::new("close-once-per");
+    run_bounded(s.run().args(["--once-per", "1h", "--", "true"]), LONG).assert_code(0);
+    let skipped = run_bounded(s.run().args(["--once-per", "1h", "--", "true"]), LONG);
+    skipped.assert_code(75);
+    // The record of the last run stays on purpose; no lock node does.
+    s.assert_no_lock_nodes();
+}
