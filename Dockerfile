@@ -3,12 +3,13 @@
 #   docker run --rm zklock run -z zk1:2181 /locks/job -- echo hello
 # zklock reaps orphans when it runs as PID 1, so --init is not needed.
 # What the image holds, and why: README ("In a container") and docs/design.md
-# ("Choices made where the issues were silent"). .ci/image builds and tests it.
+# ("Choices and their reasons"). .ci/image builds and tests it.
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 # The crates are fetched in their own layer, so a change to src/ alone does
 # not download them again.
 COPY Cargo.toml Cargo.lock ./
+COPY .cargo ./.cargo
 RUN mkdir src && echo 'fn main() {}' >src/main.rs && cargo fetch --locked && rm -r src
 COPY src ./src
 RUN cargo build --release --locked --offline --bin zklock
