@@ -51,7 +51,9 @@ impl Client {
         if config.hosts.is_empty() {
             return Err(ConnectError::Unreachable("no server given".to_owned()));
         }
-        let mut driver = Driver::new(Arc::new(config), received, link, burst.0);
+        let mut driver = Driver::new(Arc::new(config), received, link, burst.0).map_err(|err| {
+            ConnectError::Unreachable(format!("creating the session's timer: {err}"))
+        })?;
         let conn = driver.open(deadline).await?;
         let session_id = driver.session_id();
         tokio::spawn(driver.run(conn));

@@ -20,7 +20,10 @@ use crate::zk::ops::{Request, chrooted, unchrooted};
 use crate::zk::records::{Error, ReplyHeader, WatcherEvent, xid};
 use crate::zk::watches::{Watch, WatchKind, Watches};
 
+mod alarm;
 mod attach;
+
+use self::alarm::Alarm;
 
 /// What a request's sender gets back.
 #[derive(Debug)]
@@ -79,6 +82,8 @@ pub struct Driver {
     /// Requests made while no connection was up, for the next one.
     waiting: Vec<Queued>,
     next_host: usize,
+    /// The next ping or the connection's death, whichever comes first.
+    alarm: Alarm,
 }
 
 impl Driver {
@@ -87,10 +92,10 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Vec<Queued>>,
         link: watch::Sender<Link>,
         burst: Vec<Queued>,
-    ) -> Driver {
+    ) -> std::io::Result<Driver> {
         let timeout = config.session_timeout;
         let credentials = config.auth.clone();
-        Driver {
+        Ok(Driver {
             config,
             commands,
             link,
@@ -104,7 +109,8 @@ impl Driver {
             in_flight: VecDeque::new(),
             waiting: burst,
             next_host: 0,
-        }
+            alarm: Alarm::new()?,
+        })
     }
 
     pub fn session_id(&self) -> i64 {
@@ -151,6 +157,9 @@ impl Driver {
             let unanswered = oldest.map(|sent| sent + self.config.attempt_timeout);
             let dead_at =
                 (last_heard + third * 2).min(unanswered.unwrap_or(Instant::now() + self.timeout));
+            if self.alarm.set(ping_at.min(dead_at)).is_err() {
+                return End::Lost;
+            }
             let mut out = Vec::new();
             tokio::select! {
                 packet = conn.packet() => {
@@ -176,8 +185,8 @@ impl Driver {
                         self.write_requests(vec![close], &mut out);
                     }
                 },
-                () = tokio::time::sleep_until(ping_at.min(dead_at)) => {
-                    if Instant::now() >= dead_at {
+                rang = self.alarm.ring() => {
+                    if rang.is_err() || Instant::now() >= dead_at {
                         return End::Lost;
                     }
                     Request::Ping.write_packet(xid::PING, "", &mut out);
