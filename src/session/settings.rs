@@ -207,21 +207,18 @@ impl Settings {
     /// Makes the SASL mechanism of each new connection.
     fn sasl_factory(&self) -> Option<SaslFactory> {
         match self.sasl.clone()? {
-            Sasl::DigestMd5 { user, password } => Some(Arc::new(move || {
+            Sasl::DigestMd5 { user, password } => Some(Arc::new(move |_: &str| {
                 let mechanism = DigestMd5::new(&user, password.expose());
                 Ok(Box::new(mechanism) as Box<dyn SaslMechanism + Send>)
             })),
             #[cfg(feature = "kerberos")]
-            Sasl::Gssapi { service, host } => {
-                let first = servers(self.hosts.connect_string())
-                    .next()
-                    .unwrap_or_default();
-                let host = host.unwrap_or_else(|| host_name(first).to_owned());
-                Some(Arc::new(move || {
-                    let mechanism = zk::sasl::gssapi::Gssapi::new(&service, &host)?;
-                    Ok(Box::new(mechanism) as Box<dyn SaslMechanism + Send>)
-                }))
-            }
+            Sasl::Gssapi { service, host } => Some(Arc::new(move |member: &str| {
+                // The principal of the member this connection is to, as
+                // ZooKeeper's own client names it, unless one is given.
+                let host = host.as_deref().unwrap_or_else(|| host_name(member));
+                let mechanism = zk::sasl::gssapi::Gssapi::new(&service, host)?;
+                Ok(Box::new(mechanism) as Box<dyn SaslMechanism + Send>)
+            })),
             #[cfg(not(feature = "kerberos"))]
             Sasl::Gssapi { .. } => unreachable!("refused by resolve without the feature"),
         }

@@ -8,8 +8,10 @@ use tokio::time::Instant;
 
 use crate::zk::sasl::SaslMechanism;
 
-/// Makes the SASL mechanism for each new connection.
-pub type SaslFactory = Arc<dyn Fn() -> anyhow::Result<Box<dyn SaslMechanism + Send>> + Send + Sync>;
+/// Makes the SASL mechanism for each new connection, given the member it
+/// is to (`name:port`): GSSAPI names the server's principal after it.
+pub type SaslFactory =
+    Arc<dyn Fn(&str) -> anyhow::Result<Box<dyn SaslMechanism + Send>> + Send + Sync>;
 
 /// How to reach the ensemble and what to open there.
 #[derive(Clone)]

@@ -61,3 +61,23 @@ fn secure_kerberos_without_a_ticket_exits_77() {
         "{line}"
     );
 }
+
+/// Without `--kerberos-host`, each connection names the server principal
+/// after the member it is to (`zookeeper/localhost` here), not after the
+/// first member of `-z`, which refuses connections.
+#[test]
+fn secure_kerberos_principal_follows_the_member_connected_to() {
+    let server = kerberos_server();
+    let path = unique_path("krb-member");
+    let refusing = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let hosts = format!("{refusing},localhost:{}", server.addr().port());
+    let mut cmd = zklock_run(&hosts, &path);
+    cmd.args(["--kerberos", "--connect-timeout", "5s", "--", "true"]);
+    cmd.envs(kdc().env());
+    run_bounded(&mut cmd, LONG).assert_code(0);
+    let zk = Inspector::connect_secure(&server.connect_string(), &ClientSecurity::kerberos());
+    assert_no_nodes(&zk, &path);
+}

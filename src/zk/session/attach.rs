@@ -85,7 +85,7 @@ impl Driver {
                 written: false,
             })?;
         let sasl = (config.sasl.as_ref())
-            .map(|make| make())
+            .map(|make| make(host))
             .transpose()
             .map_err(|err| Refused::AuthFailed(format!("{err:#}")))?;
         let request = ConnectRequest {

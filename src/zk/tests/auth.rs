@@ -29,7 +29,7 @@ impl SaslMechanism for OneRound {
 async fn credentials_and_watches_follow_sasl_on_every_connection() {
     let (a, b) = (Member::bind().await, Member::bind().await);
     let mut config = config(&[&a, &b]);
-    config.sasl = Some(Arc::new(|| Ok(Box::new(OneRound) as _)));
+    config.sasl = Some(Arc::new(|_: &str| Ok(Box::new(OneRound) as _)));
     config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
     let mut burst = Burst::default();
     let watched = burst.get_children("/q", true);
@@ -131,7 +131,7 @@ async fn credentials_added_to_a_live_session_are_answered_apart_and_sent_again()
 async fn a_sasl_refusal_or_no_member_at_all_fails_the_connect_and_says_which() {
     let a = Member::bind().await;
     let mut refused = config(&[&a]);
-    refused.sasl = Some(Arc::new(|| Ok(Box::new(OneRound) as _)));
+    refused.sasl = Some(Arc::new(|_: &str| Ok(Box::new(OneRound) as _)));
     let connecting = tokio::spawn(Client::connect(refused, Burst::default()));
     let mut peer = a.accept().await;
     peer.connect_request().await;

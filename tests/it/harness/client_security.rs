@@ -135,7 +135,6 @@ impl ClientSecurity {
             true => attempt_timeout * hosts.len() as u32,
             false => session_timeout,
         };
-        let first_host = hosts[0].rsplit_once(':').map_or(&*hosts[0], |(h, _)| h);
         Config {
             chroot: chroot.trim_end_matches('/').to_owned(),
             session_timeout,
@@ -143,27 +142,27 @@ impl ClientSecurity {
             attempt_timeout,
             tls: self.tls.as_ref().map(|tls| Arc::new(tls.client_config())),
             auth: self.auth.clone(),
-            sasl: self.sasl.as_ref().map(|sasl| sasl.factory(first_host)),
+            sasl: self.sasl.as_ref().map(ClientSasl::factory),
             hosts,
         }
     }
 }
 
 impl ClientSasl {
-    /// A new mechanism for each connection. `_host` names the server for GSSAPI.
-    fn factory(&self, _host: &str) -> SaslFactory {
+    /// A new mechanism for each connection; GSSAPI names the server after
+    /// the member connected to unless `hostname` is given.
+    fn factory(&self) -> SaslFactory {
         match self.clone() {
-            ClientSasl::DigestMd5 { user, password } => Arc::new(move || {
+            ClientSasl::DigestMd5 { user, password } => Arc::new(move |_: &str| {
                 Ok(Box::new(DigestMd5::new(&user, &password)) as Box<dyn SaslMechanism + Send>)
             }),
             #[cfg(feature = "kerberos")]
-            ClientSasl::Gssapi { hostname } => {
-                let host = hostname.unwrap_or_else(|| _host.to_owned());
-                Arc::new(move || {
-                    let gssapi = zklock::zk::sasl::gssapi::Gssapi::new("zookeeper", &host)?;
-                    Ok(Box::new(gssapi) as Box<dyn SaslMechanism + Send>)
-                })
-            }
+            ClientSasl::Gssapi { hostname } => Arc::new(move |member: &str| {
+                let member = member.rsplit_once(':').map_or(member, |(h, _)| h);
+                let host = hostname.as_deref().unwrap_or(member);
+                let gssapi = zklock::zk::sasl::gssapi::Gssapi::new("zookeeper", host)?;
+                Ok(Box::new(gssapi) as Box<dyn SaslMechanism + Send>)
+            }),
         }
     }
 }
