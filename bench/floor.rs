@@ -48,7 +48,7 @@ use zklock::zk::answers::ReadResult;
 use zklock::zk::burst::{Burst, Pending};
 use zklock::zk::client::{Client, Config};
 use zklock::zk::ops::{CreateMode, ReadOp};
-use zklock::zk::records::{Acl, Error, EventType, perms};
+use zklock::zk::records::{Acl, Error, EventType};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -80,11 +80,7 @@ async fn main() -> ExitCode {
 }
 
 fn open_acl() -> Vec<Acl> {
-    vec![Acl {
-        perms: perms::ALL,
-        scheme: "world".to_owned(),
-        id: "anyone".to_owned(),
-    }]
+    vec![Acl::open()]
 }
 
 /// Opens a session with `burst` behind the ConnectRequest, in one write.

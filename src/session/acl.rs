@@ -35,7 +35,7 @@ pub fn parse(text: &str) -> Result<Acl, String> {
     let text = text.trim();
     match text {
         CREATOR => return Ok(entry("auth", "", perms::ALL)),
-        OPEN => return Ok(entry("world", "anyone", perms::ALL)),
+        OPEN => return Ok(Acl::open()),
         _ => {}
     }
     let bad = || {

@@ -199,6 +199,16 @@ pub struct Acl {
 }
 
 impl Acl {
+    /// Every permission for everyone (`world:anyone:cdrwa`, the Java
+    /// client's OPEN_ACL_UNSAFE).
+    pub fn open() -> Acl {
+        Acl {
+            perms: perms::ALL,
+            scheme: "world".to_owned(),
+            id: "anyone".to_owned(),
+        }
+    }
+
     pub fn write(&self, w: &mut Writer) {
         w.int(self.perms).string(&self.scheme).string(&self.id);
     }

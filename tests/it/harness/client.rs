@@ -43,7 +43,7 @@ pub fn acl(perms: i32, scheme: &str, id: &str) -> Acl {
 
 /// Everyone may do everything: the ACL of the nodes the inspector creates.
 pub fn open_acl() -> Vec<Acl> {
-    vec![acl(perms::ALL, "world", "anyone")]
+    vec![Acl::open()]
 }
 
 impl Inspector {
