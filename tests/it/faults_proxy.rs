@@ -431,11 +431,18 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
         "too slow to queue to test a timeout during the partition"
     );
 
+    let before = proxy.requests().len();
     proxy.set_mode(Mode::Blackhole);
-    // Until the --timeout has passed; the delete that follows is retried for at most
-    // max(C, 2s), and the session (6s) outlives the partition.
-    let heal_at = waiter.spawned + wait_limit + Duration::from_millis(300);
-    hold_steady(&mut [&mut holder], &log, 1, heal_at);
+    // Until the --timeout has passed and the waiter's cleanup went into the
+    // partition (anything but a ping): it then has 1 s to reconnect and delete
+    // its node, and the session (6s) outlives the partition. Healing at a fixed
+    // time could come after that second on a loaded machine.
+    const PING: i32 = 11;
+    wait_until(LONG, "the waiter's cleanup sent into the partition", || {
+        holder.assert_running("while the lock should be kept");
+        proxy.requests()[before..].iter().any(|&op| op != PING)
+    });
+    assert_eq!(log.starts(), 1);
     proxy.set_mode(Mode::Pass);
     let healed = Instant::now();
     waiter.expect_exit(75, LONG);
