@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use zklock::zk::burst::Burst;
 use zklock::zk::client::Client;
 
+use super::Outputs;
 use super::give_up::{deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
@@ -32,8 +33,12 @@ pub(crate) struct Taken {
 
 /// Connects and takes every lock under one deadline. A lost session or node
 /// while waiting means queueing again in a new session, deadline allowing.
-pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Taken>> {
-    let report = plan.report;
+pub(crate) async fn take_locks(
+    plan: &Plan<'_>,
+    out: &Outputs,
+    signals: &mut Signals,
+) -> Result<Step<Taken>> {
+    let report = &plan.report;
     let deadline = plan
         .args
         .wait_limit()
@@ -41,7 +46,7 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         .map(|limit| Instant::now() + limit);
     // One display for the whole wait, across sessions; dropping it (on any
     // way out, errors included) erases the status line.
-    let display = Rc::new(WaitDisplay::new(report, plan.wait));
+    let display = Rc::new(WaitDisplay::new(report.clone(), &out.notify, plan.wait));
     loop {
         // Our first node's requests ride in the session's first burst,
         // behind the handshake (docs/design.md, "Round trips").
@@ -54,7 +59,11 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
-        let mut observer = WaitReport::new(report, Rc::clone(&display), session.client().clone());
+        let mut observer = WaitReport::new(
+            report.clone(),
+            Rc::clone(&display),
+            session.client().clone(),
+        );
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
         let taking = take_in_order(
@@ -216,7 +225,7 @@ async fn take_in_order(
     mut first: Option<Creating>,
     owned: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
-    observer: &mut WaitReport,
+    observer: &mut WaitReport<'_>,
 ) -> Result<Acquired> {
     let mut last = Acquired::Busy;
     for dir in &plan.order {

@@ -41,10 +41,10 @@ pub async fn give_up(
     plan: &Plan<'_>,
     session: Session,
     owned: &[Node],
-    observer: &WaitReport,
+    observer: &WaitReport<'_>,
     unreachable_since: Option<Instant>,
 ) -> Exit {
-    let report = plan.report;
+    let report = &plan.report;
     // Of several paths, the one we stopped at.
     let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
     let timeout = session.timeout();
@@ -96,7 +96,7 @@ pub async fn queue_full(
     plan: &Plan<'_>,
     session: Session,
     owned: &[Node],
-    observer: &WaitReport,
+    observer: &WaitReport<'_>,
     waiting: usize,
 ) -> Exit {
     let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));

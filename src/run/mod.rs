@@ -22,6 +22,8 @@ use tokio::time::Instant;
 
 use self::acquire::{Taken, take_locks};
 use self::hold::{HeldLock, command_environment, run_command};
+use self::notify::Notifier;
+use self::ping::Pinger;
 use self::plan::Plan;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
@@ -32,13 +34,14 @@ use crate::report::Report;
 use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
-    drive(&args, |outputs| lifecycle(&args, Rc::clone(&outputs.facts)))
+    drive(&args, |outputs| lifecycle(&args, outputs))
 }
 
-/// Runs `lifecycle` on a current-thread runtime, with the outputs that
-/// follow a run's life around it: the metrics file and the health-check
-/// pings (docs/design.md, "Metrics file"), given the outcome once it is
-/// known. Shared with `zklock hold`'s holder, whose hold is its "command".
+/// Runs `lifecycle` on a current-thread runtime with the run's outputs,
+/// chosen once here from the command line and the environment, and given
+/// the outcome once it is known (the metrics file and the final ping,
+/// docs/design.md, "Metrics file"). Shared with `zklock hold`'s holder,
+/// whose hold is its "command".
 pub(crate) fn drive<F, Fut>(args: &RunArgs, lifecycle: F) -> Result<Exit>
 where
     F: FnOnce(Rc<Outputs>) -> Fut,
@@ -46,29 +49,28 @@ where
 {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
+    let report = Report::new(args.verbosity());
     let metrics = match &args.metrics_file {
         Some(file) => {
             let metrics =
                 metrics::MetricsFile::prepare(file, &args.lock_paths().map_err(Failure::usage)?)?;
-            metrics.warn_if_uncollected(Report(args.verbosity()));
+            metrics.warn_if_uncollected(&report);
             Some(metrics)
         }
         None => None,
     };
-    ping::configure(
-        args.ping.as_deref(),
-        args.ping_skipped,
-        Report(args.verbosity()),
-    )?;
+    let ping = Pinger::new(args.ping.as_deref(), args.ping_skipped, &report)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let outputs = Rc::new(Outputs {
+        report,
+        notify: Notifier::from_env(),
+        ping,
         facts: Rc::new(metrics::Facts::new()),
         metrics: RefCell::new(metrics),
         finished: Cell::new(false),
-        verbosity: args.verbosity(),
     });
     let result = runtime.block_on(lifecycle(Rc::clone(&outputs)));
     // Do not wait for a DNS lookup that is still running (see
@@ -78,15 +80,36 @@ where
     result
 }
 
-/// The outputs given the outcome (see [`drive`]).
+/// Where a run says what happens, chosen once when it starts (see
+/// [`drive`]) and passed down to where things happen: no global state.
 pub(crate) struct Outputs {
+    /// The `-v`/`-q` lines, printed above the visible wait's status line.
+    pub(crate) report: Report,
+    /// systemd's sd_notify, when `NOTIFY_SOCKET` names a socket.
+    pub(crate) notify: Notifier,
+    /// `--ping`'s health-check pings.
+    ping: Option<Pinger>,
+    /// What the metrics file and the final ping are made of.
     pub(crate) facts: Rc<metrics::Facts>,
     metrics: RefCell<Option<metrics::MetricsFile>>,
     finished: Cell<bool>,
-    verbosity: crate::report::Verbosity,
 }
 
 impl Outputs {
+    /// Connecting to take the locks, in `order`: systemd's STATUS.
+    pub(crate) fn connecting(&self, order: &[&str]) {
+        (self.notify).status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
+    }
+
+    /// The command (or a hold) started under the lock: READY=1 with what
+    /// is held (`env`, the command's), and the start ping on its thread.
+    pub(crate) fn started(&self, env: &[(&'static str, String)]) {
+        self.notify.ready(|| hold::held_status(env));
+        if let Some(ping) = &self.ping {
+            ping.started();
+        }
+    }
+
     /// Pings and writes the metrics file for `result`, once: a holder whose
     /// lock is lost reports it then, not when it ends.
     pub(crate) fn finish(&self, result: &Result<Exit>) {
@@ -95,10 +118,12 @@ impl Outputs {
         }
         let facts = &self.facts;
         // After the lock is released: a slow check delays only zklock's exit.
-        facts.ping_failures(ping::finish(result, facts.has_run(), facts.skip()));
+        let pinged =
+            (self.ping.as_ref()).map(|ping| ping.finish(result, facts.has_run(), facts.skip()));
+        facts.ping_failures(pinged);
         if let Some(metrics) = self.metrics.borrow_mut().take() {
             if let Err(err) = metrics.write(result, facts) {
-                Report(self.verbosity).error(format_args!(
+                self.report.error(format_args!(
                     "cannot write the metrics file {}: {err}",
                     metrics.path().display()
                 ));
@@ -107,22 +132,24 @@ impl Outputs {
     }
 }
 
-async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
+async fn lifecycle(args: &RunArgs, outputs: Rc<Outputs>) -> Result<Exit> {
+    let out = &*outputs;
+    let facts = &out.facts;
     let mut signals = Signals::install()?;
-    let plan = Plan::new(args)?;
-    if let Step::End(exit) = nested::reenter(&plan, &mut signals).await? {
+    let plan = Plan::new(args, out.report.clone())?;
+    if let Step::End(exit) = nested::reenter(&plan, out, &mut signals).await? {
         return Ok(exit);
     }
     // Dropped on every way out without the command (which kills its keeper).
     let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
-    notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
+    out.connecting(&plan.order);
     let Taken {
         session,
         held,
         watches,
         policy,
-    } = match take_locks(&plan, &mut signals).await? {
+    } = match take_locks(&plan, out, &mut signals).await? {
         Step::Go(taken) => taken,
         Step::End(exit) => return Ok(exit),
     };
@@ -136,7 +163,7 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
     facts.acquired(first_token(&plan.paths, &plan.order, &held));
-    let record = match once::check(&plan, session.client(), &held, &facts).await {
+    let record = match once::check(&plan, session.client(), &held, facts).await {
         Ok(Step::Go(record)) => record,
         Ok(Step::End(skipped)) => {
             session.close(&queue::paths(&held)).await;
@@ -152,10 +179,11 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
         nodes: held.iter().map(|node| node.path.clone()).collect(),
         watches,
         owner: session.id(),
+        policy,
         ours: true,
         record,
     };
-    let exit = run_command(&plan, &mut signals, &session, lock, policy, &env, prepared).await;
+    let exit = run_command(&plan, out, &mut signals, &session, lock, &env, prepared).await;
     let timeout = session.timeout();
     let (exit, release) = match exit {
         Ok(done) => done,

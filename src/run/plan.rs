@@ -38,16 +38,21 @@ pub(crate) struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    pub(crate) fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
+    /// `report` is the run's (its `Outputs`').
+    pub(crate) fn new(args: &'a RunArgs, report: Report) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
         // A typo in the command must not wait for the lock first.
         child::check_runnable(&argv)?;
-        Plan::holding(args, argv)
+        Plan::holding(args, argv, report)
     }
 
     /// The plan of a holder that runs no command (`zklock hold`): `what`
     /// stands for it in our nodes (docs/design.md, "Holds").
-    pub(crate) fn holding(args: &'a RunArgs, what: Vec<OsString>) -> Result<Plan<'a>> {
+    pub(crate) fn holding(
+        args: &'a RunArgs,
+        what: Vec<OsString>,
+        report: Report,
+    ) -> Result<Plan<'a>> {
         let argv = what;
         let paths = args.lock_paths().map_err(Failure::usage)?;
         let connect = args.connection.settings()?;
@@ -65,7 +70,7 @@ impl<'a> Plan<'a> {
             acls: connect.acl.to_zk(),
             connect,
             wait: args.wait_limit() != Some(Duration::ZERO),
-            report: Report(args.verbosity()),
+            report,
         };
         // A --kill-after given must fit the session asked for (and, once
         // connected, the one granted); an unset one is chosen to fit.
