@@ -250,6 +250,32 @@ mod tests {
         );
     }
 
+    /// `zklock run`'s and `zklock hold`'s command lines are read once,
+    /// into run::plan's `Plan`: nothing after it names their clap structs
+    /// (ARCHITECTURE.md, "Subcommands").
+    #[test]
+    fn only_the_plan_reads_the_run_command_line() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = BTreeMap::new();
+        modules(&root, &root, &mut files);
+        let readers = ["main", "run", "run::plan"];
+        let mut found = Vec::new();
+        for (module, text) in &files {
+            if module[0] == "cli" || readers.contains(&module.join("::").as_str()) {
+                continue;
+            }
+            let mut code = text.lines().map(|line| line.split("//").next().unwrap());
+            if code.any(|code| code.contains("RunArgs") || code.contains("LockArgs")) {
+                found.push(module.join("::"));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "read after the plan: {}",
+            found.join(", ")
+        );
+    }
+
     #[test]
     fn global_state_is_recognised() {
         for line in [

@@ -3,7 +3,6 @@
 //! bound process exits, a release, --max-hold, a signal or a loss, and
 //! after a loss answers `zklock release` with why.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::pin::pin;
 use std::time::{Duration, SystemTime};
@@ -13,7 +12,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::bound::{Binding, dev_null};
 use super::control::{Control, Released, Request};
-use crate::cli::{OnLost, RunArgs};
+use crate::cli::OnLost;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
 use crate::lock::holder::HoldBinding;
@@ -30,14 +29,12 @@ use crate::values::{Precision, rfc3339};
 const LINGER: Duration = Duration::from_secs(600);
 
 pub(super) async fn lifecycle(
-    args: &RunArgs,
-    what: Vec<OsString>,
+    mut plan: Plan<'_>,
     binding: Binding,
     outputs: &Outputs,
 ) -> Result<Exit> {
     let facts = &outputs.facts;
     let mut signals = Signals::install()?;
-    let mut plan = Plan::holding(args, what, outputs.report.clone())?;
     // `until` is known once held: --max-hold counts from then.
     plan.own.hold = Some(HoldBinding {
         bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),

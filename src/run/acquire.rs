@@ -40,8 +40,7 @@ pub(crate) async fn take_locks(
 ) -> Result<Step<Taken>> {
     let report = &plan.report;
     let deadline = plan
-        .args
-        .wait_limit()
+        .wait_limit
         .filter(|_| plan.wait)
         .map(|limit| Instant::now() + limit);
     // One display for the whole wait, across sessions; dropping it (on any
@@ -89,7 +88,7 @@ pub(crate) async fn take_locks(
         };
         // A --supersede run's age, when it queues again: its first node's
         // (docs/design.md, "Superseding waiters").
-        if plan.args.supersede && plan.first_queued.get().is_none() {
+        if plan.supersede && plan.first_queued.get().is_none() {
             plan.first_queued.set(owned.first().map(|node| node.czxid));
         }
         match result {
@@ -120,7 +119,7 @@ pub(crate) async fn take_locks(
                 let path = plan.order.join(" ");
                 let by = superseder(by.as_ref());
                 report.note(format_args!("superseded while waiting for {path} by {by}"));
-                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+                return Ok(Step::End(plan.conflict));
             }
             // Our node lost, or an error: queue again, or fail.
             result => {
@@ -146,7 +145,7 @@ pub(crate) async fn take_locks(
                 "timed out waiting for {}",
                 plan.order.join(" ")
             ));
-            return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+            return Ok(Step::End(plan.conflict));
         }
     }
 }
@@ -192,13 +191,13 @@ pub(super) async fn connect(
         Ok(policy) => policy,
         Err(why) => {
             let _ = session.close(&[]).await;
-            return Err(Failure::usage(match plan.args.kill_after {
+            return Err(Failure::usage(match plan.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
                 None => format!("the ensemble granted a {granted} session: {why}"),
             }));
         }
     };
-    if plan.args.kill_after.is_none() {
+    if plan.kill_after.is_none() {
         let kill_after = human_duration(policy.kill_after);
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
@@ -236,8 +235,8 @@ async fn take_in_order(
             kind: plan.kind,
             data,
             wait: plan.wait,
-            max_waiting: plan.args.max_waiting,
-            supersede: plan.args.supersede,
+            max_waiting: plan.max_waiting,
+            supersede: plan.supersede,
             first_queued: plan.first_queued.get(),
             acls: &plan.acls,
             first: Cell::new(first.take()),

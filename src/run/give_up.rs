@@ -87,7 +87,7 @@ pub async fn give_up(
             Err(_) => report.note(format_args!("{why} {held_path}")),
         }
     }
-    Exit::Conflict(plan.args.conflict_exit_code)
+    plan.conflict
 }
 
 /// Ends a run that did not join a queue already `waiting` deep
@@ -105,9 +105,9 @@ pub async fn queue_full(
         1 => "1 run is",
         _ => &format!("{waiting} runs are"),
     };
-    let limit = plan.args.max_waiting.unwrap_or_default();
+    let limit = plan.max_waiting.unwrap_or_default();
     plan.report.note(format_args!(
         "not waiting for {held_path}: {runs} already waiting (--max-waiting {limit})"
     ));
-    Exit::Conflict(plan.args.conflict_exit_code)
+    plan.conflict
 }

@@ -67,12 +67,12 @@ pub(super) async fn run_command(
     let report = &plan.report;
     let limits = child::Limits {
         kill_after: policy.kill_after,
-        max_runtime: plan.args.runtime_limit(),
+        max_runtime: plan.max_runtime.map(|limit| limit.0),
         stop_limit: policy.grace(),
     };
     let (exit, keeper) = child::supervise(child, signals, pin!(lost), handed, limits, report).await;
     out.notify.stopping();
-    if let (Exit::TimedOut, Some(limit)) = (exit, plan.args.max_runtime) {
+    if let (Exit::TimedOut, Some(limit)) = (exit, plan.max_runtime) {
         report.error(format_args!(
             "the command ran longer than --max-runtime {limit}; terminated"
         ));

@@ -28,50 +28,33 @@ use self::plan::Plan;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::Signals;
-use crate::exit::{Exit, Failure, Step};
+use crate::exit::{Exit, Step};
 use crate::lock::queue::{self, Node};
 use crate::report::Report;
 use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
-    drive(&args, |outputs| lifecycle(&args, outputs))
+    let plan = Plan::new(&args)?;
+    let outputs = Outputs::new(&plan)?;
+    drive(outputs, |outputs| lifecycle(plan, outputs))
 }
 
-/// Runs `lifecycle` on a current-thread runtime with the run's outputs,
-/// chosen once here from the command line and the environment, and given
-/// the outcome once it is known (the metrics file and the final ping,
-/// docs/design.md, "Metrics file"). Shared with `zklock hold`'s holder,
-/// whose hold is its "command".
-pub(crate) fn drive<F, Fut>(args: &RunArgs, lifecycle: F) -> Result<Exit>
+/// Runs `lifecycle` on a current-thread runtime with the run's `outputs`,
+/// and gives them the outcome once it is known (the metrics file and the
+/// final ping, docs/design.md, "Metrics file"). Shared with `zklock
+/// hold`'s holder, whose hold is its "command".
+pub(crate) fn drive<F, Fut>(outputs: Outputs, lifecycle: F) -> Result<Exit>
 where
     F: FnOnce(Rc<Outputs>) -> Fut,
     Fut: Future<Output = Result<Exit>>,
 {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
-    let report = Report::new(args.verbosity());
-    let metrics = match &args.metrics_file {
-        Some(file) => {
-            let metrics =
-                metrics::MetricsFile::prepare(file, &args.lock_paths().map_err(Failure::usage)?)?;
-            metrics.warn_if_uncollected(&report);
-            Some(metrics)
-        }
-        None => None,
-    };
-    let ping = Pinger::new(args.ping.as_deref(), args.ping_skipped, &report)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let outputs = Rc::new(Outputs {
-        report,
-        notify: Notifier::from_env(),
-        ping,
-        facts: Rc::new(metrics::Facts::new()),
-        metrics: RefCell::new(metrics),
-        finished: Cell::new(false),
-    });
+    let outputs = Rc::new(outputs);
     let result = runtime.block_on(lifecycle(Rc::clone(&outputs)));
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
@@ -80,8 +63,9 @@ where
     result
 }
 
-/// Where a run says what happens, chosen once when it starts (see
-/// [`drive`]) and passed down to where things happen: no global state.
+/// Where a run says what happens, chosen once when it starts, from its
+/// plan and the environment, and passed down to where things happen: no
+/// global state.
 pub(crate) struct Outputs {
     /// The `-v`/`-q` lines, printed above the visible wait's status line.
     pub(crate) report: Report,
@@ -96,6 +80,29 @@ pub(crate) struct Outputs {
 }
 
 impl Outputs {
+    /// The outputs `plan` asks for: the metrics file (its directory
+    /// checked now), the pings (the URL checked), sd_notify when
+    /// `NOTIFY_SOCKET` names a socket.
+    pub(crate) fn new(plan: &Plan<'_>) -> Result<Outputs> {
+        let report = plan.report.clone();
+        let metrics = match plan.metrics_file {
+            Some(file) => {
+                let metrics = metrics::MetricsFile::prepare(file, &plan.paths)?;
+                metrics.warn_if_uncollected(&report);
+                Some(metrics)
+            }
+            None => None,
+        };
+        Ok(Outputs {
+            ping: Pinger::new(plan.ping, plan.ping_skipped, &report)?,
+            report,
+            notify: Notifier::from_env(),
+            facts: Rc::new(metrics::Facts::new()),
+            metrics: RefCell::new(metrics),
+            finished: Cell::new(false),
+        })
+    }
+
     /// Connecting to take the locks, in `order`: systemd's STATUS.
     pub(crate) fn connecting(&self, order: &[&str]) {
         (self.notify).status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
@@ -132,11 +139,13 @@ impl Outputs {
     }
 }
 
-async fn lifecycle(args: &RunArgs, outputs: Rc<Outputs>) -> Result<Exit> {
+async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     let out = &*outputs;
     let facts = &out.facts;
     let mut signals = Signals::install()?;
-    let plan = Plan::new(args, out.report.clone())?;
+    // A typo in the command must not wait for the lock first; checked once
+    // the metrics file is, so that it says so too.
+    child::check_runnable(&plan.argv)?;
     if let Step::End(exit) = nested::reenter(&plan, out, &mut signals).await? {
         return Ok(exit);
     }

@@ -98,7 +98,7 @@ pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step
         match claims::decide(&plan.paths, plan.kind, &verdicts) {
             Decision::Normal => Ok(None),
             Decision::Refuse(message) => Err(Failure::usage(message)),
-            Decision::Reenter(_) if plan.args.once_per.is_some() => Err(Failure::usage(
+            Decision::Reenter(_) if plan.once_per.is_some() => Err(Failure::usage(
                 "--once-per cannot run under the enclosing zklock run's lock",
             )),
             Decision::Reenter(held) => Ok(Some(held)),
