@@ -105,7 +105,8 @@ impl Outputs {
 
     /// Connecting to take the locks, in `order`: systemd's STATUS.
     pub(crate) fn connecting(&self, order: &[&str]) {
-        (self.notify).status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
+        self.notify
+            .status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
     }
 
     /// The command (or a hold) started under the lock: READY=1 with what
