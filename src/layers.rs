@@ -1,7 +1,8 @@
 //! The layering of src/ (the comment at the top of main.rs; ARCHITECTURE.md,
 //! "Layers"), held by a test: it reads every `crate::`, `super::` and
 //! `self::` path in src/ and fails on an import that points up a layer or
-//! on a circle between modules (one module a file).
+//! on a circle between modules (one module a file). A second test holds
+//! "no global mutable state" outside zk/ (whose session task owns its own).
 
 #[cfg(test)]
 mod tests {
@@ -211,6 +212,90 @@ mod tests {
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// Whether a line of code declares global mutable state: a `static`
+    /// of a type with interior mutability, or a thread-local.
+    fn global_state(code: &str) -> bool {
+        let code = code.split("//").next().unwrap().trim_start();
+        let code = (code.strip_prefix("pub(crate) "))
+            .or_else(|| code.strip_prefix("pub "))
+            .unwrap_or(code);
+        let mutable = ["Mutex", "RwLock", "Once", "Lazy", "Atomic", "Cell"];
+        code.starts_with("thread_local!")
+            || code.starts_with("static mut ")
+            || (code.starts_with("static ") && mutable.iter().any(|kind| code.contains(kind)))
+    }
+
+    /// A run's outputs are values chosen once when it starts and passed
+    /// down (ARCHITECTURE.md, "Cross-cutting invariants").
+    #[test]
+    fn no_global_mutable_state_outside_zk() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = BTreeMap::new();
+        modules(&root, &root, &mut files);
+        let mut found = Vec::new();
+        for (module, text) in &files {
+            if module.first().is_some_and(|top| top == "zk") {
+                continue;
+            }
+            for line in text.lines().filter(|line| global_state(line)) {
+                found.push(format!("{}: {}", module.join("::"), line.trim()));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "global mutable state:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// `zklock run`'s and `zklock hold`'s command lines are read once,
+    /// into run::plan's `Plan`: nothing after it names their clap structs
+    /// (ARCHITECTURE.md, "Subcommands").
+    #[test]
+    fn only_the_plan_reads_the_run_command_line() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = BTreeMap::new();
+        modules(&root, &root, &mut files);
+        let readers = ["main", "run", "run::plan"];
+        let mut found = Vec::new();
+        for (module, text) in &files {
+            if module[0] == "cli" || readers.contains(&module.join("::").as_str()) {
+                continue;
+            }
+            let mut code = text.lines().map(|line| line.split("//").next().unwrap());
+            if code.any(|code| code.contains("RunArgs") || code.contains("LockArgs")) {
+                found.push(module.join("::"));
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "read after the plan: {}",
+            found.join(", ")
+        );
+    }
+
+    #[test]
+    fn global_state_is_recognised() {
+        for line in [
+            "static LINE: Mutex<Option<Bar>> = Mutex::new(None);",
+            "    static SENT: AtomicBool = AtomicBool::new(false);",
+            "pub(crate) static PINGER: OnceLock<Pinger> = OnceLock::new();",
+            "static SOCKET: LazyLock<Option<SocketAddr>> =",
+            "static mut COUNT: u32 = 0;",
+            "thread_local! {",
+        ] {
+            assert!(global_state(line), "{line}");
+        }
+        for line in [
+            "static NAMES: [&str; 2] = [\"a\", \"b\"];",
+            "pending: std::sync::Mutex<Vec<u8>>,",
+            "// static X: Mutex<u8>",
+            "fn f() -> &'static str {",
+        ] {
+            assert!(!global_state(line), "{line}");
+        }
     }
 
     #[test]

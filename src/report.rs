@@ -1,7 +1,7 @@
 //! What zklock says on stderr: one line each, `zklock: ` first, by
-//! verbosity.
+//! verbosity, above the visible wait's status line while it is shown.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use indicatif::ProgressBar;
 
@@ -12,37 +12,70 @@ pub enum Verbosity {
     Verbose,
 }
 
-/// Messages on stderr, by verbosity.
-#[derive(Clone, Copy)]
-pub struct Report(pub Verbosity);
+/// Messages on stderr, by verbosity: one of a run's outputs, chosen once
+/// when it starts (run::Outputs). Clones share the status line.
+#[derive(Clone)]
+pub struct Report {
+    verbosity: Verbosity,
+    line: StatusLine,
+}
 
 impl Report {
+    /// Messages at `verbosity`, with no status line shown yet.
+    pub fn new(verbosity: Verbosity) -> Report {
+        Report {
+            verbosity,
+            line: StatusLine::default(),
+        }
+    }
+
+    pub fn verbosity(&self) -> Verbosity {
+        self.verbosity
+    }
+
     /// Progress, shown with `-v`.
-    pub fn info(self, message: std::fmt::Arguments<'_>) {
-        if self.0 >= Verbosity::Verbose {
-            say(message);
+    pub fn info(&self, message: std::fmt::Arguments<'_>) {
+        if self.verbosity >= Verbosity::Verbose {
+            self.line.say(message);
         }
     }
 
     /// Expected outcomes worth a line (gave up waiting), hidden by `-q`.
-    pub fn note(self, message: std::fmt::Arguments<'_>) {
-        if self.0 >= Verbosity::Normal {
-            say(message);
+    pub fn note(&self, message: std::fmt::Arguments<'_>) {
+        if self.verbosity >= Verbosity::Normal {
+            self.line.say(message);
         }
     }
 
     /// Always shown.
-    pub fn error(self, message: std::fmt::Arguments<'_>) {
-        say(message);
+    pub fn error(&self, message: std::fmt::Arguments<'_>) {
+        self.line.say(message);
+    }
+
+    /// While `bar` (run/wait/'s status line) is shown, this report's lines,
+    /// and its clones', are printed above it, not into it.
+    pub fn show_above(&self, bar: Option<ProgressBar>) {
+        *self.line.0.lock().unwrap_or_else(PoisonError::into_inner) = bar;
     }
 }
 
-/// The status line shown while waiting (run/wait/), if any.
-static STATUS_LINE: Mutex<Option<ProgressBar>> = Mutex::new(None);
+/// The status line shown while waiting, if any: a handle shared by a
+/// run's reports (a ping failure is reported from the ping's thread).
+#[derive(Clone, Default)]
+struct StatusLine(Arc<Mutex<Option<ProgressBar>>>);
 
-/// While `bar` is shown, lines are printed above it, not into it.
-pub fn show_above(bar: Option<ProgressBar>) {
-    *STATUS_LINE.lock().unwrap_or_else(PoisonError::into_inner) = bar;
+impl StatusLine {
+    fn say(&self, message: std::fmt::Arguments<'_>) {
+        let bar = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match bar {
+            Some(bar) => bar.suspend(|| say(message)),
+            None => say(message),
+        }
+    }
 }
 
 /// One line on stderr. Unlike `eprintln!`, a closed or broken stderr is
@@ -50,17 +83,7 @@ pub fn show_above(bar: Option<ProgressBar>) {
 pub fn say(message: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let line = format!("zklock: {message}\n");
-    let write = || {
-        let _ = std::io::stderr().write_all(line.as_bytes());
-    };
-    let bar = STATUS_LINE
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    match bar {
-        Some(bar) => bar.suspend(write),
-        None => write(),
-    }
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// A command's answer on stdout (status, list), with a final newline;

@@ -13,7 +13,7 @@ pub mod reference;
 mod run;
 
 pub use hold::{Format, HOLD_HELP, HoldArgs, OnLost, ReleaseArgs};
-pub use run::{ENVIRONMENT_HELP, RunArgs};
+pub use run::{ENVIRONMENT_HELP, LockArgs, RunArgs};
 
 /// Run a command while holding a distributed lock in Apache ZooKeeper.
 ///
@@ -248,7 +248,7 @@ mod tests {
             (&["--limit", "3"], LockKind::Semaphore(3)),
         ] {
             let args = [&["zklock", "run"], flags, &["/l", "--", "true"]].concat();
-            assert_eq!(run(&args).lock_kind(), kind, "{flags:?}");
+            assert_eq!(run(&args).lock.lock_kind(), kind, "{flags:?}");
         }
         for (flags, limit) in [
             (&[][..], None),
@@ -256,10 +256,10 @@ mod tests {
             (&["-w", "1.5"], Some(Duration::from_millis(1500))),
         ] {
             let args = [&["zklock", "run"], flags, &["/l", "--", "true"]].concat();
-            assert_eq!(run(&args).wait_limit(), limit, "{flags:?}");
+            assert_eq!(run(&args).lock.wait_limit(), limit, "{flags:?}");
         }
         let paths = |args: &[&str]| run(&[&["zklock", "run"], args, &["--", "true"]].concat());
-        assert_eq!(paths(&["/b", "/a"]).lock_paths(), Ok(vec!["/b", "/a"]));
-        assert!(paths(&["/a", "/b", "/a"]).lock_paths().is_err());
+        assert_eq!(paths(&["/b", "/a"]).lock.lock_paths(), Ok(vec!["/b", "/a"]));
+        assert!(paths(&["/a", "/b", "/a"]).lock.lock_paths().is_err());
     }
 }

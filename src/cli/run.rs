@@ -61,15 +61,6 @@ pub struct RunArgs {
     pub max_runtime: Option<Seconds>,
 }
 
-/// The lock options are read as the run's own (`args.timeout`).
-impl std::ops::Deref for RunArgs {
-    type Target = LockArgs;
-
-    fn deref(&self) -> &LockArgs {
-        &self.lock
-    }
-}
-
 /// The options of `zklock run` that take a lock, shared with `zklock hold`
 /// (docs/design.md, "Holds").
 #[derive(Debug, Args)]
@@ -221,13 +212,6 @@ impl RunArgs {
             (None, false) => Ok(self.argv.clone()),
             (None, true) => Err("no command given: add `-- CMD [ARGS]...` or `-c STRING`".into()),
         }
-    }
-
-    /// The command's time limit; `--max-runtime 0` is none.
-    pub fn runtime_limit(&self) -> Option<Duration> {
-        self.max_runtime
-            .map(|limit| limit.0)
-            .filter(|limit| !limit.is_zero())
     }
 }
 

@@ -64,6 +64,8 @@ pub struct Child {
     terminal: Option<BorrowedFd<'static>>,
     /// Since when zklock stopped itself because the command's group stopped.
     stopped_since: Option<Instant>,
+    /// The signals ignored when zklock started (`Signals::ignored_at_start`).
+    ignored_at_start: u64,
 }
 
 impl Child {
@@ -84,9 +86,10 @@ impl Child {
     }
 
     /// Starts the prepared command in the process group of its keeper,
-    /// with a clean signal state and `env` added to its environment. Exec
-    /// failures map to 127 (not found) and 126 (not executable).
-    pub fn spawn(prepared: Prepared, env: &[(&str, String)]) -> Result<Child> {
+    /// with a clean signal state (those ignored when zklock started, as
+    /// `signals` knows, left ignored) and `env` added to its environment.
+    /// Exec failures map to 127 (not found) and 126 (not executable).
+    pub fn spawn(prepared: Prepared, env: &[(&str, String)], signals: &Signals) -> Result<Child> {
         let Prepared { argv, mut keeper } = prepared;
         let program = &argv[0];
         // On failure `keeper` is dropped, which kills it.
@@ -95,7 +98,8 @@ impl Child {
             .map_err(|err| spawn_error(program, err))?;
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
-        let pid = spawn::launch(&argv, env, terminal, pgid.as_raw_pid())
+        let ignored_at_start = signals.ignored_at_start();
+        let pid = spawn::launch(&argv, env, terminal, pgid.as_raw_pid(), ignored_at_start)
             .map_err(|err| spawn_error(program, err))?;
         let mut child = Child {
             pid,
@@ -104,6 +108,7 @@ impl Child {
             status: None,
             terminal: None,
             stopped_since: None,
+            ignored_at_start,
         };
         // The child did this too; repeating it closes the race with our own
         // later tcsetpgrp, as shells do.
@@ -187,7 +192,7 @@ impl Child {
         // (a group id of 1 would address every process). Any other stop
         // stops zklock alone, with SIGSTOP.
         let from_terminal = matches!(signal, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU)
-            && !signals::ignored_at_start(signal);
+            && self.ignored_at_start & signals::set(&[signal]) == 0;
         let signal = match Signal::from_named_raw(signal) {
             Some(stop) if from_terminal => stop,
             _ => Signal::STOP,
@@ -303,7 +308,7 @@ pub async fn supervise(
     mut lost: Pin<&mut dyn Future<Output = String>>,
     mut deadline: watch::Receiver<Instant>,
     limits: Limits,
-    report: Report,
+    report: &Report,
 ) -> (Exit, Keeper) {
     let mut time_up = limits.max_runtime.map(|limit| Instant::now() + limit);
     let mut timed_out = false;

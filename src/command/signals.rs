@@ -4,7 +4,6 @@
 //! while connecting and waiting, `child.rs` while the command runs.
 
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use signal_hook::iterator::backend::SignalDelivery;
@@ -38,12 +37,6 @@ pub fn aborts_waiting(signal: i32) -> bool {
     FORWARDED.contains(&signal) && signal != libc::SIGWINCH
 }
 
-/// The standard signals ignored (SIG_IGN) when zklock started (`nohup`'s
-/// HUP), as a [`set`]: they stay ignored for zklock and for the command.
-/// Not SIGPIPE (Rust's runtime ignores it itself) nor SIGCHLD (zklock needs
-/// it, and a command with it ignored cannot wait for its children).
-static IGNORED_AT_START: AtomicU64 = AtomicU64::new(0);
-
 /// A set of signals as the kernel writes one (and /proc/PID/status shows
 /// it): bit N-1 for signal N.
 pub fn set(signals: &[i32]) -> u64 {
@@ -56,16 +49,11 @@ pub fn set(signals: &[i32]) -> u64 {
 /// Every signal, as a [`set`].
 pub const ALL: u64 = u64::MAX;
 
-/// Whether `signal` was ignored when zklock started (and so still is,
-/// for zklock). Known once [`Signals::install`] ran; false before.
-/// Async-signal-safe: spawn.rs calls it between fork and exec.
-pub fn ignored_at_start(signal: i32) -> bool {
-    IGNORED_AT_START.load(Ordering::Relaxed) & set(&[signal]) != 0
-}
-
-/// Reads which standard signals are ignored now, from /proc (the same
-/// dispositions sigaction reports); see [`IGNORED_AT_START`].
-fn record_ignored() {
+/// Reads which standard signals are ignored now (`nohup`'s HUP), as a
+/// [`set`], from /proc (the same dispositions sigaction reports). Not
+/// SIGPIPE (Rust's runtime ignores it itself) nor SIGCHLD (zklock needs it,
+/// and a command with it ignored cannot wait for its children).
+fn ignored_now() -> u64 {
     let ignored = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
@@ -75,7 +63,7 @@ fn record_ignored() {
         .unwrap_or(0);
     let standard = (1 << 31) - 1; // signals 1 to 31
     let never = set(&[libc::SIGKILL, libc::SIGSTOP, libc::SIGPIPE, libc::SIGCHLD]);
-    IGNORED_AT_START.store(ignored & standard & !never, Ordering::Relaxed);
+    ignored & standard & !never
 }
 
 /// Changes the calling thread's signal mask (`how`: `libc::SIG_BLOCK`,
@@ -109,6 +97,9 @@ pub fn change_mask(how: libc::c_int, signals: u64) -> u64 {
 pub struct Signals {
     delivery: SignalDelivery<AsyncFd<UnixStream>, SignalOnly>,
     queued: Vec<i32>,
+    /// The standard signals ignored (SIG_IGN) when zklock started, as a
+    /// [`set`]: they stay ignored for zklock and for the command.
+    ignored_at_start: u64,
 }
 
 impl Signals {
@@ -117,7 +108,7 @@ impl Signals {
     /// first to install any. Must run inside the tokio runtime (the read
     /// end is registered with its reactor).
     pub fn install() -> Result<Signals> {
-        record_ignored();
+        let ignored_at_start = ignored_now();
         let (read, write) = UnixStream::pair().context("creating the signal pipe")?;
         read.set_nonblocking(true)
             .context("creating the signal pipe")?;
@@ -127,14 +118,21 @@ impl Signals {
         let signals = FORWARDED
             .iter()
             .copied()
-            .filter(|&signal| !ignored_at_start(signal))
+            .filter(|&signal| ignored_at_start & set(&[signal]) == 0)
             .chain([libc::SIGCHLD, libc::SIGCONT]);
         let delivery = SignalDelivery::with_pipe(read, write, SignalOnly, signals)
             .context("installing signal handlers")?;
         Ok(Signals {
             delivery,
             queued: Vec::new(),
+            ignored_at_start,
         })
+    }
+
+    /// The standard signals ignored when zklock started (and so still,
+    /// for zklock), as a [`set`].
+    pub fn ignored_at_start(&self) -> u64 {
+        self.ignored_at_start
     }
 
     /// The next signal received. Cancel safe: signals already drained from

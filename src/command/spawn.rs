@@ -34,14 +34,15 @@ pub const WITHHELD: [&str; 4] = [
 /// Starts `argv` (not empty) with `env` added to our environment
 /// (overriding) and systemd's notification variables removed (see
 /// `run::notify`), in process group `pgid` (0: a new group), given the
-/// foreground of `terminal`, with the signals ignored when zklock started
-/// left ignored and every other at its default; returns the child's pid, or
+/// foreground of `terminal`, with the signals `ignored` when zklock started
+/// (a `signals::set`) left ignored and every other at its default; returns the child's pid, or
 /// the errno of the failed exec (ENOENT: not found).
 pub fn launch(
     argv: &[OsString],
     env: &[(&str, String)],
     terminal: Option<BorrowedFd<'static>>,
     pgid: i32,
+    ignored: u64,
 ) -> io::Result<Pid> {
     let zklock = rustix::process::getpid();
     let mut command = Command::new(&argv[0]);
@@ -56,7 +57,7 @@ pub fn launch(
     // values it owns, and allocates nothing: a forked child of a process
     // with threads may find the allocator's locks held.
     unsafe {
-        command.pre_exec(move || in_child(terminal, zklock));
+        command.pre_exec(move || in_child(terminal, zklock, ignored));
     }
     // The child starts with every signal blocked, so that our handlers
     // (which write to our signal pipe) never run in it; `in_child` resets
@@ -71,14 +72,15 @@ pub fn launch(
 /// Everything the command must not inherit from zklock: its signal
 /// handlers and the signals it ignores itself (exec keeps SIG_IGN), its
 /// blocked signals, and its terminal's foreground. Signals ignored when
-/// zklock started stay ignored. Runs in the child between fork and exec,
-/// already in its process group.
-fn in_child(terminal: Option<BorrowedFd<'static>>, zklock: Pid) -> io::Result<()> {
+/// zklock started (`ignored`) stay ignored. Runs in the child between fork
+/// and exec, already in its process group.
+fn in_child(terminal: Option<BorrowedFd<'static>>, zklock: Pid, ignored: u64) -> io::Result<()> {
     // Inherited from the parent (see `launch`); again, for std versions
     // that empty the mask before this step.
     signals::change_mask(libc::SIG_BLOCK, signals::ALL);
     for signal in 1..=64 {
-        if matches!(signal, libc::SIGKILL | libc::SIGSTOP) || signals::ignored_at_start(signal) {
+        if matches!(signal, libc::SIGKILL | libc::SIGSTOP) || ignored & signals::set(&[signal]) != 0
+        {
             continue;
         }
         // The raw system call, as glibc's sigaction refuses the signals
@@ -181,7 +183,7 @@ mod tests {
     fn launches_and_reports_exec_failures() {
         let start = |argv: &[&str]| {
             let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
-            launch(&argv, &[], None, 0)
+            launch(&argv, &[], None, 0, 0)
         };
         let pid = start(&["true"]).expect("true starts");
         let reaped = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());

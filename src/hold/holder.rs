@@ -10,9 +10,10 @@ use clap::Parser;
 use rustix::process::{Pid, Signal};
 
 use super::bound::{Binding, bound_from_stdin};
-use crate::cli::{Cli, Command, HoldArgs, RunArgs};
+use crate::cli::{Cli, Command, HoldArgs};
 use crate::exit::{Exit, Failure};
-use crate::run::drive;
+use crate::run::plan::Plan;
+use crate::run::{Outputs, drive};
 
 /// argv[1] of the holder's hidden mode (see the keeper's).
 pub const HIDDEN_MODE: &str = "\u{1}zk-holder";
@@ -54,16 +55,10 @@ pub fn main() -> Result<Exit> {
     let on_lost = args.on_lost();
     let HoldArgs { lock, max_hold, .. } = args;
     let max_hold = max_hold.map(|d| d.0);
-    let args = RunArgs {
-        lock,
-        argv: Vec::new(),
-        shell: None,
-        kill_after: None,
-        max_runtime: None,
-    };
     let what: Vec<OsString> = std::iter::once("zklock".into()).chain(given).collect();
-    let args = &args;
-    drive(args, |outputs| async move {
+    let plan = Plan::holding(&lock, what)?;
+    let outputs = Outputs::new(&plan)?;
+    drive(outputs, |outputs| async move {
         // In the runtime: the pidfd is registered with its reactor.
         let bound = match bound_pid {
             Some(pid) => Some(bound_from_stdin(pid)?),
@@ -74,7 +69,7 @@ pub fn main() -> Result<Exit> {
             max_hold,
             on_lost,
         };
-        super::lifecycle::lifecycle(args, what, binding, &outputs).await
+        super::lifecycle::lifecycle(plan, binding, &outputs).await
     })
 }
 

@@ -3,7 +3,6 @@
 //! bound process exits, a release, --max-hold, a signal or a loss, and
 //! after a loss answers `zklock release` with why.
 
-use std::ffi::OsString;
 use std::io::Write;
 use std::pin::pin;
 use std::time::{Duration, SystemTime};
@@ -13,16 +12,16 @@ use tokio::time::{Instant, sleep_until};
 
 use super::bound::{Binding, dev_null};
 use super::control::{Control, Released, Request};
-use crate::cli::{OnLost, RunArgs};
+use crate::cli::OnLost;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
 use crate::lock::holder::HoldBinding;
 use crate::lock::{lease, queue};
 use crate::run::acquire::{Taken, abort_signal, take_locks};
-use crate::run::hold::{HeldLock, command_environment, held_status, lease_watch};
+use crate::run::hold::{HeldLock, command_environment, lease_watch};
 use crate::run::nested::{Entered, enter};
 use crate::run::plan::Plan;
-use crate::run::{Outputs, first_token, notify, once, ping};
+use crate::run::{Outputs, first_token, once};
 use crate::values::{Precision, rfc3339};
 
 /// How long, at least, an unbound holder answers `zklock release` after the
@@ -30,14 +29,12 @@ use crate::values::{Precision, rfc3339};
 const LINGER: Duration = Duration::from_secs(600);
 
 pub(super) async fn lifecycle(
-    args: &RunArgs,
-    what: Vec<OsString>,
+    mut plan: Plan<'_>,
     binding: Binding,
     outputs: &Outputs,
 ) -> Result<Exit> {
     let facts = &outputs.facts;
     let mut signals = Signals::install()?;
-    let mut plan = Plan::holding(args, what)?;
     // `until` is known once held: --max-hold counts from then.
     plan.own.hold = Some(HoldBinding {
         bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),
@@ -45,7 +42,7 @@ pub(super) async fn lifecycle(
         until: None,
     });
     let plan = plan;
-    notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
+    outputs.connecting(&plan.order);
     // Under an enclosing run or hold of the same paths: at once, under its
     // nodes, which are not ours (docs/design.md, "Nested runs").
     let (session, held, watches, policy, owner, ours) = match enter(&plan, &mut signals).await? {
@@ -56,7 +53,7 @@ pub(super) async fn lifecycle(
             owner,
             held,
         })) => (session, held, Vec::new(), policy, owner, false),
-        Step::Go(None) => match take_locks(&plan, &mut signals).await? {
+        Step::Go(None) => match take_locks(&plan, outputs, &mut signals).await? {
             Step::Go(Taken {
                 session,
                 held,
@@ -106,12 +103,12 @@ pub(super) async fn lifecycle(
         }
     };
     facts.ran();
-    notify::ready(|| held_status(&env));
-    ping::started();
+    outputs.started(&env);
     let mut lock = HeldLock {
         nodes: held.iter().map(|node| node.path.clone()).collect(),
         watches,
         owner,
+        policy,
         ours,
         record,
     };
@@ -126,7 +123,7 @@ pub(super) async fn lifecycle(
     let ended = {
         let watches = std::mem::take(&mut lock.watches);
         let mut lost = pin!(lease_watch(
-            &plan, &session, &lock, watches, policy, &deadline, acquired
+            &plan, outputs, &session, &lock, watches, &deadline, acquired
         ));
         loop {
             tokio::select! {
@@ -162,7 +159,7 @@ pub(super) async fn lifecycle(
     if let (Ended::Lost(_), Some(bound), OnLost::Term) = (&ended, &binding.bound, binding.on_lost) {
         bound.terminate();
     }
-    notify::stopping();
+    outputs.notify.stopping();
     if let Some(record) = lock.record.take() {
         record.finish(&plan, session.client(), exit).await;
     }

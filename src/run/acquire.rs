@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use zklock::zk::burst::Burst;
 use zklock::zk::client::Client;
 
+use super::Outputs;
 use super::give_up::{deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
@@ -32,16 +33,19 @@ pub(crate) struct Taken {
 
 /// Connects and takes every lock under one deadline. A lost session or node
 /// while waiting means queueing again in a new session, deadline allowing.
-pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Taken>> {
-    let report = plan.report;
+pub(crate) async fn take_locks(
+    plan: &Plan<'_>,
+    out: &Outputs,
+    signals: &mut Signals,
+) -> Result<Step<Taken>> {
+    let report = &plan.report;
     let deadline = plan
-        .args
-        .wait_limit()
+        .wait_limit
         .filter(|_| plan.wait)
         .map(|limit| Instant::now() + limit);
     // One display for the whole wait, across sessions; dropping it (on any
     // way out, errors included) erases the status line.
-    let display = Rc::new(WaitDisplay::new(report, plan.wait));
+    let display = Rc::new(WaitDisplay::new(report.clone(), &out.notify, plan.wait));
     loop {
         // Our first node's requests ride in the session's first burst,
         // behind the handshake (docs/design.md, "Round trips").
@@ -54,7 +58,11 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         };
         let mut owned = Vec::new();
         let mut watches = Vec::new();
-        let mut observer = WaitReport::new(report, Rc::clone(&display), session.client().clone());
+        let mut observer = WaitReport::new(
+            report.clone(),
+            Rc::clone(&display),
+            session.client().clone(),
+        );
         let looked = observer.looked.clone();
         let unreachable_since = Cell::new(None);
         let taking = take_in_order(
@@ -80,7 +88,7 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
         };
         // A --supersede run's age, when it queues again: its first node's
         // (docs/design.md, "Superseding waiters").
-        if plan.args.supersede && plan.first_queued.get().is_none() {
+        if plan.supersede && plan.first_queued.get().is_none() {
             plan.first_queued.set(owned.first().map(|node| node.czxid));
         }
         match result {
@@ -111,7 +119,7 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 let path = plan.order.join(" ");
                 let by = superseder(by.as_ref());
                 report.note(format_args!("superseded while waiting for {path} by {by}"));
-                return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+                return Ok(Step::End(plan.conflict));
             }
             // Our node lost, or an error: queue again, or fail.
             result => {
@@ -137,7 +145,7 @@ pub(crate) async fn take_locks(plan: &Plan<'_>, signals: &mut Signals) -> Result
                 "timed out waiting for {}",
                 plan.order.join(" ")
             ));
-            return Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)));
+            return Ok(Step::End(plan.conflict));
         }
     }
 }
@@ -183,13 +191,13 @@ pub(super) async fn connect(
         Ok(policy) => policy,
         Err(why) => {
             let _ = session.close(&[]).await;
-            return Err(Failure::usage(match plan.args.kill_after {
+            return Err(Failure::usage(match plan.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
                 None => format!("the ensemble granted a {granted} session: {why}"),
             }));
         }
     };
-    if plan.args.kill_after.is_none() {
+    if plan.kill_after.is_none() {
         let kill_after = human_duration(policy.kill_after);
         let why = if policy.kill_after == lease::DEFAULT_KILL_AFTER {
             format!("the default, which fits a {granted} session")
@@ -216,7 +224,7 @@ async fn take_in_order(
     mut first: Option<Creating>,
     owned: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
-    observer: &mut WaitReport,
+    observer: &mut WaitReport<'_>,
 ) -> Result<Acquired> {
     let mut last = Acquired::Busy;
     for dir in &plan.order {
@@ -227,8 +235,8 @@ async fn take_in_order(
             kind: plan.kind,
             data,
             wait: plan.wait,
-            max_waiting: plan.args.max_waiting,
-            supersede: plan.args.supersede,
+            max_waiting: plan.max_waiting,
+            supersede: plan.supersede,
             first_queued: plan.first_queued.get(),
             acls: &plan.acls,
             first: Cell::new(first.take()),

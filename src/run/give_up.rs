@@ -41,10 +41,10 @@ pub async fn give_up(
     plan: &Plan<'_>,
     session: Session,
     owned: &[Node],
-    observer: &WaitReport,
+    observer: &WaitReport<'_>,
     unreachable_since: Option<Instant>,
 ) -> Exit {
-    let report = plan.report;
+    let report = &plan.report;
     // Of several paths, the one we stopped at.
     let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
     let timeout = session.timeout();
@@ -87,7 +87,7 @@ pub async fn give_up(
             Err(_) => report.note(format_args!("{why} {held_path}")),
         }
     }
-    Exit::Conflict(plan.args.conflict_exit_code)
+    plan.conflict
 }
 
 /// Ends a run that did not join a queue already `waiting` deep
@@ -96,7 +96,7 @@ pub async fn queue_full(
     plan: &Plan<'_>,
     session: Session,
     owned: &[Node],
-    observer: &WaitReport,
+    observer: &WaitReport<'_>,
     waiting: usize,
 ) -> Exit {
     let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
@@ -105,9 +105,9 @@ pub async fn queue_full(
         1 => "1 run is",
         _ => &format!("{waiting} runs are"),
     };
-    let limit = plan.args.max_waiting.unwrap_or_default();
+    let limit = plan.max_waiting.unwrap_or_default();
     plan.report.note(format_args!(
         "not waiting for {held_path}: {runs} already waiting (--max-waiting {limit})"
     ));
-    Exit::Conflict(plan.args.conflict_exit_code)
+    plan.conflict
 }

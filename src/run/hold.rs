@@ -10,9 +10,8 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use futures::future::{Either, select};
 
-use super::notify;
+use super::Outputs;
 use super::once;
-use super::ping;
 use super::plan::Plan;
 use zklock::zk::burst::Burst;
 
@@ -35,6 +34,8 @@ pub(crate) struct HeldLock {
     pub(crate) watches: Vec<Option<NodeWatch>>,
     /// The session that owns `nodes`.
     pub(crate) owner: i64,
+    /// The lease rule for the session the lock is held in.
+    pub(crate) policy: LeasePolicy,
     /// Whether `nodes` are ours to delete once the command is done (not
     /// when a nested run re-entered an enclosing run's lock).
     pub(crate) ours: bool,
@@ -48,30 +49,30 @@ pub(crate) struct HeldLock {
 /// command ran, nothing is deleted: the caller cleans up.
 pub(super) async fn run_command(
     plan: &Plan<'_>,
+    out: &Outputs,
     signals: &mut Signals,
     session: &Session,
     mut lock: HeldLock,
-    policy: LeasePolicy,
     env: &[(&'static str, String)],
     prepared: Prepared,
 ) -> Result<(Exit, Release)> {
+    let policy = lock.policy;
     // Taken right after the lock was confirmed held.
     let (deadline, handed) = lease::deadline(session.client(), policy);
-    let child = Child::spawn(prepared, env)?;
-    notify::ready(|| held_status(env));
-    ping::started();
+    let child = Child::spawn(prepared, env, signals)?;
+    out.started(env);
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
     let watches = std::mem::take(&mut lock.watches);
-    let lost = lease_watch(plan, session, &lock, watches, policy, &deadline, acquired);
-    let report = plan.report;
+    let lost = lease_watch(plan, out, session, &lock, watches, &deadline, acquired);
+    let report = &plan.report;
     let limits = child::Limits {
         kill_after: policy.kill_after,
-        max_runtime: plan.args.runtime_limit(),
+        max_runtime: plan.max_runtime.map(|limit| limit.0),
         stop_limit: policy.grace(),
     };
     let (exit, keeper) = child::supervise(child, signals, pin!(lost), handed, limits, report).await;
-    notify::stopping();
-    if let (Exit::TimedOut, Some(limit)) = (exit, plan.args.max_runtime) {
+    out.notify.stopping();
+    if let (Exit::TimedOut, Some(limit)) = (exit, plan.max_runtime) {
         report.error(format_args!(
             "the command ran longer than --max-runtime {limit}; terminated"
         ));
@@ -96,10 +97,10 @@ pub(super) async fn run_command(
 /// hold's holder (docs/design.md, "Holds").
 pub(crate) async fn lease_watch(
     plan: &Plan<'_>,
+    out: &Outputs,
     session: &Session,
     lock: &HeldLock,
     watches: Vec<Option<NodeWatch>>,
-    policy: LeasePolicy,
     deadline: &lease::Deadline,
     acquired: Vec<u8>,
 ) -> LossReason {
@@ -115,10 +116,10 @@ pub(crate) async fn lease_watch(
         &lock.nodes,
         watches,
         unwatched_from,
-        policy,
+        lock.policy,
         lock.owner,
         deadline,
-        plan.report,
+        &plan.report,
     );
     // Their answers matter to no one (correctness never depends on node
     // data; the lease's watches see a node gone): nothing awaits them.
@@ -144,11 +145,11 @@ pub(crate) async fn lease_watch(
         }
     };
     // The watchdog is fed only until the lock is lost.
-    let reason = match select(pin!(lost), pin!(notify::watchdog())).await {
+    let reason = match select(pin!(lost), pin!(out.notify.watchdog())).await {
         Either::Left((reason, _)) => reason,
         Either::Right((never, _)) => match never {},
     };
-    notify::stopping();
+    out.notify.stopping();
     reason
 }
 

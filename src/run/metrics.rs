@@ -158,7 +158,7 @@ impl MetricsFile {
     /// Says (hidden by `-q`, for a FILE named so on purpose) when FILE is
     /// not one node_exporter's textfile collector reads: it reads `*.prom`
     /// only, and skips everything else without a word.
-    pub fn warn_if_uncollected(&self, report: report::Report) {
+    pub fn warn_if_uncollected(&self, report: &report::Report) {
         if self.path.extension().is_none_or(|ext| ext != "prom") {
             report.note(format_args!(
                 "--metrics-file {} does not end in .prom: node_exporter's textfile \

@@ -22,54 +22,39 @@ use tokio::time::Instant;
 
 use self::acquire::{Taken, take_locks};
 use self::hold::{HeldLock, command_environment, run_command};
+use self::notify::Notifier;
+use self::ping::Pinger;
 use self::plan::Plan;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::Signals;
-use crate::exit::{Exit, Failure, Step};
+use crate::exit::{Exit, Step};
 use crate::lock::queue::{self, Node};
 use crate::report::Report;
 use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
-    drive(&args, |outputs| lifecycle(&args, Rc::clone(&outputs.facts)))
+    let plan = Plan::new(&args)?;
+    let outputs = Outputs::new(&plan)?;
+    drive(outputs, |outputs| lifecycle(plan, outputs))
 }
 
-/// Runs `lifecycle` on a current-thread runtime, with the outputs that
-/// follow a run's life around it: the metrics file and the health-check
-/// pings (docs/design.md, "Metrics file"), given the outcome once it is
-/// known. Shared with `zklock hold`'s holder, whose hold is its "command".
-pub(crate) fn drive<F, Fut>(args: &RunArgs, lifecycle: F) -> Result<Exit>
+/// Runs `lifecycle` on a current-thread runtime with the run's `outputs`,
+/// and gives them the outcome once it is known (the metrics file and the
+/// final ping, docs/design.md, "Metrics file"). Shared with `zklock
+/// hold`'s holder, whose hold is its "command".
+pub(crate) fn drive<F, Fut>(outputs: Outputs, lifecycle: F) -> Result<Exit>
 where
     F: FnOnce(Rc<Outputs>) -> Fut,
     Fut: Future<Output = Result<Exit>>,
 {
     // Before the runtime starts any thread: they inherit this mask.
     child::block_terminal_stops();
-    let metrics = match &args.metrics_file {
-        Some(file) => {
-            let metrics =
-                metrics::MetricsFile::prepare(file, &args.lock_paths().map_err(Failure::usage)?)?;
-            metrics.warn_if_uncollected(Report(args.verbosity()));
-            Some(metrics)
-        }
-        None => None,
-    };
-    ping::configure(
-        args.ping.as_deref(),
-        args.ping_skipped,
-        Report(args.verbosity()),
-    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let outputs = Rc::new(Outputs {
-        facts: Rc::new(metrics::Facts::new()),
-        metrics: RefCell::new(metrics),
-        finished: Cell::new(false),
-        verbosity: args.verbosity(),
-    });
+    let outputs = Rc::new(outputs);
     let result = runtime.block_on(lifecycle(Rc::clone(&outputs)));
     // Do not wait for a DNS lookup that is still running (see
     // session::diagnose): its answer no longer matters.
@@ -78,15 +63,61 @@ where
     result
 }
 
-/// The outputs given the outcome (see [`drive`]).
+/// Where a run says what happens, chosen once when it starts, from its
+/// plan and the environment, and passed down to where things happen: no
+/// global state.
 pub(crate) struct Outputs {
+    /// The `-v`/`-q` lines, printed above the visible wait's status line.
+    pub(crate) report: Report,
+    /// systemd's sd_notify, when `NOTIFY_SOCKET` names a socket.
+    pub(crate) notify: Notifier,
+    /// `--ping`'s health-check pings.
+    ping: Option<Pinger>,
+    /// What the metrics file and the final ping are made of.
     pub(crate) facts: Rc<metrics::Facts>,
     metrics: RefCell<Option<metrics::MetricsFile>>,
     finished: Cell<bool>,
-    verbosity: crate::report::Verbosity,
 }
 
 impl Outputs {
+    /// The outputs `plan` asks for: the metrics file (its directory
+    /// checked now), the pings (the URL checked), sd_notify when
+    /// `NOTIFY_SOCKET` names a socket.
+    pub(crate) fn new(plan: &Plan<'_>) -> Result<Outputs> {
+        let report = plan.report.clone();
+        let metrics = match plan.metrics_file {
+            Some(file) => {
+                let metrics = metrics::MetricsFile::prepare(file, &plan.paths)?;
+                metrics.warn_if_uncollected(&report);
+                Some(metrics)
+            }
+            None => None,
+        };
+        Ok(Outputs {
+            ping: Pinger::new(plan.ping, plan.ping_skipped, &report)?,
+            report,
+            notify: Notifier::from_env(),
+            facts: Rc::new(metrics::Facts::new()),
+            metrics: RefCell::new(metrics),
+            finished: Cell::new(false),
+        })
+    }
+
+    /// Connecting to take the locks, in `order`: systemd's STATUS.
+    pub(crate) fn connecting(&self, order: &[&str]) {
+        self.notify
+            .status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
+    }
+
+    /// The command (or a hold) started under the lock: READY=1 with what
+    /// is held (`env`, the command's), and the start ping on its thread.
+    pub(crate) fn started(&self, env: &[(&'static str, String)]) {
+        self.notify.ready(|| hold::held_status(env));
+        if let Some(ping) = &self.ping {
+            ping.started();
+        }
+    }
+
     /// Pings and writes the metrics file for `result`, once: a holder whose
     /// lock is lost reports it then, not when it ends.
     pub(crate) fn finish(&self, result: &Result<Exit>) {
@@ -95,10 +126,12 @@ impl Outputs {
         }
         let facts = &self.facts;
         // After the lock is released: a slow check delays only zklock's exit.
-        facts.ping_failures(ping::finish(result, facts.has_run(), facts.skip()));
+        let pinged =
+            (self.ping.as_ref()).map(|ping| ping.finish(result, facts.has_run(), facts.skip()));
+        facts.ping_failures(pinged);
         if let Some(metrics) = self.metrics.borrow_mut().take() {
             if let Err(err) = metrics.write(result, facts) {
-                Report(self.verbosity).error(format_args!(
+                self.report.error(format_args!(
                     "cannot write the metrics file {}: {err}",
                     metrics.path().display()
                 ));
@@ -107,22 +140,26 @@ impl Outputs {
     }
 }
 
-async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
+async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
+    let out = &*outputs;
+    let facts = &out.facts;
     let mut signals = Signals::install()?;
-    let plan = Plan::new(args)?;
-    if let Step::End(exit) = nested::reenter(&plan, &mut signals).await? {
+    // A typo in the command must not wait for the lock first; checked once
+    // the metrics file is, so that it says so too.
+    child::check_runnable(&plan.argv)?;
+    if let Step::End(exit) = nested::reenter(&plan, out, &mut signals).await? {
         return Ok(exit);
     }
     // Dropped on every way out without the command (which kills its keeper).
     let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
-    notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
+    out.connecting(&plan.order);
     let Taken {
         session,
         held,
         watches,
         policy,
-    } = match take_locks(&plan, &mut signals).await? {
+    } = match take_locks(&plan, out, &mut signals).await? {
         Step::Go(taken) => taken,
         Step::End(exit) => return Ok(exit),
     };
@@ -136,7 +173,7 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     }
     let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
     facts.acquired(first_token(&plan.paths, &plan.order, &held));
-    let record = match once::check(&plan, session.client(), &held, &facts).await {
+    let record = match once::check(&plan, session.client(), &held, facts).await {
         Ok(Step::Go(record)) => record,
         Ok(Step::End(skipped)) => {
             session.close(&queue::paths(&held)).await;
@@ -152,10 +189,11 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
         nodes: held.iter().map(|node| node.path.clone()).collect(),
         watches,
         owner: session.id(),
+        policy,
         ours: true,
         record,
     };
-    let exit = run_command(&plan, &mut signals, &session, lock, policy, &env, prepared).await;
+    let exit = run_command(&plan, out, &mut signals, &session, lock, &env, prepared).await;
     let timeout = session.timeout();
     let (exit, release) = match exit {
         Ok(done) => done,

@@ -4,24 +4,89 @@
 //! command, STOPPING=1 when it begins to stop, WATCHDOG=1 while it holds.
 //! Without `NOTIFY_SOCKET` naming a socket nothing is sent or formatted.
 
+use std::cell::Cell;
 use std::convert::Infallible;
 use std::ffi::OsStr;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::sync::LazyLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sd_notify::NotifyState;
 
-/// Read once: the environment does not change while zklock runs.
-static SOCKET: LazyLock<Option<SocketAddr>> =
-    LazyLock::new(|| address(&std::env::var_os("NOTIFY_SOCKET")?));
+/// The service manager a run reports to, if one listens: one of a run's
+/// outputs, chosen once when it starts (run::Outputs).
+pub struct Notifier {
+    socket: Option<SocketAddr>,
+    /// STOPPING=1 was sent.
+    stopping: Cell<bool>,
+}
 
-/// Whether a service manager listens.
-pub fn enabled() -> bool {
-    SOCKET.is_some()
+impl Notifier {
+    /// The socket `NOTIFY_SOCKET` names, read once: the environment does
+    /// not change while zklock runs.
+    pub fn from_env() -> Notifier {
+        Notifier {
+            socket: std::env::var_os("NOTIFY_SOCKET").and_then(|var| address(&var)),
+            stopping: Cell::new(false),
+        }
+    }
+
+    /// Whether a service manager listens.
+    pub fn enabled(&self) -> bool {
+        self.socket.is_some()
+    }
+
+    /// `STATUS=` the text `status` makes, only made when someone listens.
+    pub fn status(&self, status: impl FnOnce() -> String) {
+        if self.enabled() {
+            self.send(&[NotifyState::Status(&status())]);
+        }
+    }
+
+    /// READY=1 with what is held, once the command runs under the lock.
+    pub fn ready(&self, status: impl FnOnce() -> String) {
+        if self.enabled() {
+            self.send(&[NotifyState::Ready, NotifyState::Status(&status())]);
+        }
+    }
+
+    /// STOPPING=1: the command ended, or zklock stops it. Sent once: the
+    /// lock lost is said as it happens, and the command's end then says
+    /// nothing new.
+    pub fn stopping(&self) {
+        if self.enabled() && !self.stopping.replace(true) {
+            self.send(&[NotifyState::Stopping]);
+        }
+    }
+
+    /// Sends WATCHDOG=1 at half the interval systemd asks for; never
+    /// resolves. Polled only while the lock holds and the command runs, so
+    /// a holder that lost its lock, or whose event loop is wedged, stops
+    /// feeding systemd.
+    pub async fn watchdog(&self) -> Infallible {
+        let every = match sd_notify::watchdog_enabled().filter(|_| self.enabled()) {
+            Some(interval) if !interval.is_zero() => interval / 2,
+            _ => return std::future::pending().await,
+        };
+        let mut ticks = tokio::time::interval(every.max(Duration::from_millis(1)));
+        loop {
+            ticks.tick().await;
+            self.send(&[NotifyState::Watchdog]);
+        }
+    }
+
+    /// One datagram, a line per state. A lost message changes nothing
+    /// zklock does: systemd's own timeouts decide then.
+    fn send(&self, states: &[NotifyState<'_>]) {
+        let Some(socket) = &self.socket else {
+            return;
+        };
+        let message: String = states.iter().map(|state| format!("{state}\n")).collect();
+        if let Ok(sender) = UnixDatagram::unbound() {
+            let _ = sender.send_to_addr(message.as_bytes(), socket);
+        }
+    }
 }
 
 /// The socket `NOTIFY_SOCKET` names, as sd_notify(3) reads it: a path, or
@@ -33,56 +98,6 @@ fn address(variable: &OsStr) -> Option<SocketAddr> {
         [b'@', name @ ..] if !name.is_empty() => SocketAddr::from_abstract_name(name).ok(),
         // `vsock:` (a VM's host) and anything else: no one we can tell.
         _ => None,
-    }
-}
-
-/// `STATUS=` the text `status` makes, only made when someone listens.
-pub fn status(status: impl FnOnce() -> String) {
-    if enabled() {
-        send(&[NotifyState::Status(&status())]);
-    }
-}
-
-/// READY=1 with what is held, once the command runs under the lock.
-pub fn ready(status: impl FnOnce() -> String) {
-    if enabled() {
-        send(&[NotifyState::Ready, NotifyState::Status(&status())]);
-    }
-}
-
-/// STOPPING=1: the command ended, or zklock stops it. Sent once: the lock
-/// lost is said as it happens, and the command's end then says nothing new.
-pub fn stopping() {
-    static SENT: AtomicBool = AtomicBool::new(false);
-    if enabled() && !SENT.swap(true, Ordering::Relaxed) {
-        send(&[NotifyState::Stopping]);
-    }
-}
-
-/// Sends WATCHDOG=1 at half the interval systemd asks for; never resolves.
-/// Polled only while the lock holds and the command runs, so a holder that
-/// lost its lock, or whose event loop is wedged, stops feeding systemd.
-pub async fn watchdog() -> Infallible {
-    let every = match sd_notify::watchdog_enabled().filter(|_| enabled()) {
-        Some(interval) if !interval.is_zero() => interval / 2,
-        _ => return std::future::pending().await,
-    };
-    let mut ticks = tokio::time::interval(every.max(Duration::from_millis(1)));
-    loop {
-        ticks.tick().await;
-        send(&[NotifyState::Watchdog]);
-    }
-}
-
-/// One datagram, a line per state. A lost message changes nothing zklock
-/// does: systemd's own timeouts decide then.
-fn send(states: &[NotifyState<'_>]) {
-    let Some(socket) = &*SOCKET else {
-        return;
-    };
-    let message: String = states.iter().map(|state| format!("{state}\n")).collect();
-    if let Ok(sender) = UnixDatagram::unbound() {
-        let _ = sender.send_to_addr(message.as_bytes(), socket);
     }
 }
 

@@ -16,7 +16,7 @@ use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
 use crate::present::run_text;
 use crate::values::Precision::Millis;
-use crate::values::{Seconds, human_duration, rfc3339, server_time};
+use crate::values::{human_duration, rfc3339, server_time};
 
 /// A run that may go ahead, to be recorded once the command is done.
 pub struct Pending {
@@ -36,13 +36,13 @@ pub async fn check(
     held: &[Node],
     facts: &Rc<Facts>,
 ) -> Result<Step<Option<Pending>>> {
-    let (Some(window), Some(node)) = (plan.args.once_per, held.first()) else {
+    let (Some(window), Some(node)) = (plan.once_per, held.first()) else {
         return Ok(Step::Go(None));
     };
     let lock = plan.order[0];
     let stamped = record::stamp(client, lock, &plan.acls).await?;
     let window_ms = millis(window.0);
-    let retry = plan.args.retry_after.unwrap_or(Seconds(Duration::ZERO));
+    let retry = plan.retry_after;
     let retry_ms = millis(retry.0);
     facts.last_success(record::reported_success(
         &stamped.record,
@@ -52,7 +52,7 @@ pub async fn check(
     let skip = |reason: Skip, why: std::fmt::Arguments<'_>| {
         facts.skipped(reason);
         plan.report.note(format_args!("not running: {lock} {why}"));
-        Ok(Step::End(Exit::Conflict(plan.args.conflict_exit_code)))
+        Ok(Step::End(plan.conflict))
     };
     match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {
         Verdict::Skip { last, ago_ms } => skip(

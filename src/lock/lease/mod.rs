@@ -59,7 +59,7 @@ pub async fn lost(
     policy: LeasePolicy,
     owner: i64,
     deadline: &Deadline,
-    report: Report,
+    report: &Report,
 ) -> LossReason {
     // Moves the deadline to what the last answer allows; whether it moved.
     let renew = || {
@@ -148,7 +148,7 @@ impl Verdict {
 /// deadline as a time of day (UTC: the same on every host's log) and from
 /// now, and returns now; None when the deadline has passed already (zklock
 /// was stopped, or its process starved): no grace is left.
-fn outage_begins(report: Report, deadline: Instant) -> Option<Instant> {
+fn outage_begins(report: &Report, deadline: Instant) -> Option<Instant> {
     let now = Instant::now();
     let left = deadline
         .checked_duration_since(now)

@@ -11,6 +11,7 @@ use zklock::zk;
 use zklock::zk::burst::Burst;
 
 use self::claims::{Claim, Decision, Held, Inherited, Observed};
+use super::Outputs;
 use super::acquire::connect;
 use super::hold::{HeldLock, command_environment, run_command};
 use super::plan::Plan;
@@ -25,7 +26,7 @@ use crate::session::{Session, retrying};
 /// Runs the command under the enclosing run's locks if it holds them all
 /// (and ends with its exit), refuses if that cannot work, or goes on to the
 /// usual path. Connects only when the environment claims a requested path.
-pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>> {
+pub async fn reenter(plan: &Plan<'_>, out: &Outputs, signals: &mut Signals) -> Result<Step<()>> {
     let Entered {
         session,
         policy,
@@ -43,11 +44,12 @@ pub async fn reenter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<()>>
         nodes: held.into_iter().map(|node| node.path).collect(),
         watches: Vec::new(),
         owner,
+        policy,
         ours: false,
         record: None,
     };
     let prepared = Child::prepare(&plan.argv)?;
-    match run_command(plan, signals, &session, lock, policy, &env, prepared).await {
+    match run_command(plan, out, signals, &session, lock, &env, prepared).await {
         Ok((exit, release)) => {
             session.close_after(release).await;
             Ok(Step::End(exit))
@@ -96,7 +98,7 @@ pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step
         match claims::decide(&plan.paths, plan.kind, &verdicts) {
             Decision::Normal => Ok(None),
             Decision::Refuse(message) => Err(Failure::usage(message)),
-            Decision::Reenter(_) if plan.args.once_per.is_some() => Err(Failure::usage(
+            Decision::Reenter(_) if plan.once_per.is_some() => Err(Failure::usage(
                 "--once-per cannot run under the enclosing zklock run's lock",
             )),
             Decision::Reenter(held) => Ok(Some(held)),

@@ -9,8 +9,9 @@
 
 mod proxy;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,104 +31,95 @@ const BOUND: Duration = Duration::from_secs(10);
 const RETRIES: u32 = 2;
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
-/// Set once by `configure`, when `--ping` is given.
-static PINGER: OnceLock<Pinger> = OnceLock::new();
-
-struct Pinger {
+/// The pings of one run: one of its outputs, chosen once when it starts
+/// (run::Outputs).
+pub struct Pinger {
     url: String,
     skipped: bool,
     report: Report,
-    started: AtomicBool,
-    start: Mutex<Option<JoinHandle<()>>>,
+    started: Cell<bool>,
+    start: RefCell<Option<JoinHandle<()>>>,
     failures: Arc<AtomicU32>,
 }
 
-/// Checks URL (a usage error unless http:// or https://) and enables the
-/// pings.
-pub fn configure(url: Option<&str>, skipped: bool, report: Report) -> Result<()> {
-    let Some(url) = url.filter(|url| !url.is_empty()) else {
-        return Ok(());
-    };
-    let valid = ["http://", "https://"].iter().any(|scheme| {
-        url.strip_prefix(scheme)
-            .is_some_and(|rest| !rest.is_empty())
-    }) && url.parse::<Uri>().is_ok();
-    if !valid {
-        // Not echoed: it may be a credential with a typo.
-        return Err(Failure::usage("--ping needs an http:// or https:// URL"));
-    }
-    let _ = PINGER.set(Pinger {
-        url: url.to_owned(),
-        skipped,
-        report,
-        started: AtomicBool::new(false),
-        start: Mutex::new(None),
-        failures: Arc::new(AtomicU32::new(0)),
-    });
-    Ok(())
-}
-
-/// The command has started: `URL/start`, sent concurrently.
-pub fn started() {
-    let Some(pinger) = PINGER.get() else { return };
-    pinger.started.store(true, Ordering::Relaxed);
-    let url = with_suffix(&pinger.url, "/start");
-    let (report, failures) = (pinger.report, Arc::clone(&pinger.failures));
-    let thread = std::thread::Builder::new()
-        .name("zklock-ping".into())
-        .spawn(move || send(&url, report, &failures));
-    match thread {
-        Ok(thread) => {
-            *pinger.start.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+impl Pinger {
+    /// Checks URL (a usage error unless http:// or https://); None without
+    /// one (`--ping` not given, or empty).
+    pub fn new(url: Option<&str>, skipped: bool, report: &Report) -> Result<Option<Pinger>> {
+        let Some(url) = url.filter(|url| !url.is_empty()) else {
+            return Ok(None);
+        };
+        let valid = ["http://", "https://"].iter().any(|scheme| {
+            url.strip_prefix(scheme)
+                .is_some_and(|rest| !rest.is_empty())
+        }) && url.parse::<Uri>().is_ok();
+        if !valid {
+            // Not echoed: it may be a credential with a typo.
+            return Err(Failure::usage("--ping needs an http:// or https:// URL"));
         }
-        Err(err) => fail(report, &pinger.failures, &pinger.url, &err.to_string()),
+        Ok(Some(Pinger {
+            url: url.to_owned(),
+            skipped,
+            report: report.clone(),
+            started: Cell::new(false),
+            start: RefCell::new(None),
+            failures: Arc::new(AtomicU32::new(0)),
+        }))
     }
-}
 
-/// Sends the final ping of a finished run (after the lock is released),
-/// once the start ping is done; `ran` is whether this host ran the
-/// command, `skip` why it did not though it held the lock. Returns the
-/// failed pings, or None without `--ping`.
-///
-/// A host that skips because the last run failed (within `--retry-after`)
-/// sends nothing, even with `--ping-skipped`: a success would turn the
-/// check green right after the failure it reports, and the failure is the
-/// failing host's to report, once.
-pub fn finish(result: &Result<Exit>, ran: bool, skip: Option<Skip>) -> Option<u32> {
-    let pinger = PINGER.get()?;
-    let start = pinger
-        .start
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take();
-    if let Some(start) = start {
-        let _ = start.join();
-    }
-    let ran = ran || pinger.started.load(Ordering::Relaxed);
-    let suffix = match result {
-        Ok(Exit::Command(0)) if ran => Some(String::new()),
-        Ok(exit) if ran => Some(format!("/{}", exit.code())),
-        Err(err) if ran => Some(format!("/{}", Exit::for_error(err).code())),
-        // Another host holds the lock, or ran the job successfully recently.
-        Ok(Exit::Conflict(_)) if pinger.skipped && skip != Some(Skip::Failed) => {
-            Some(String::new())
+    /// The command has started: `URL/start`, sent concurrently.
+    pub fn started(&self) {
+        self.started.set(true);
+        let url = with_suffix(&self.url, "/start");
+        let (report, failures) = (self.report.clone(), Arc::clone(&self.failures));
+        let thread = std::thread::Builder::new()
+            .name("zklock-ping".into())
+            .spawn(move || send(&url, &report, &failures));
+        match thread {
+            Ok(thread) => *self.start.borrow_mut() = Some(thread),
+            Err(err) => fail(&self.report, &self.failures, &self.url, &err.to_string()),
         }
-        // Errors before the command ran are not this check's to report:
-        // another host may well run the job.
-        _ => None,
-    };
-    if let Some(suffix) = suffix {
-        send(
-            &with_suffix(&pinger.url, &suffix),
-            pinger.report,
-            &pinger.failures,
-        );
     }
-    Some(pinger.failures.load(Ordering::Relaxed))
+
+    /// Sends the final ping of a finished run (after the lock is
+    /// released), once the start ping is done; `ran` is whether this host
+    /// ran the command, `skip` why it did not though it held the lock.
+    /// Returns the failed pings.
+    ///
+    /// A host that skips because the last run failed (within
+    /// `--retry-after`) sends nothing, even with `--ping-skipped`: a
+    /// success would turn the check green right after the failure it
+    /// reports, and the failure is the failing host's to report, once.
+    pub fn finish(&self, result: &Result<Exit>, ran: bool, skip: Option<Skip>) -> u32 {
+        if let Some(start) = self.start.borrow_mut().take() {
+            let _ = start.join();
+        }
+        let ran = ran || self.started.get();
+        let suffix = match result {
+            Ok(Exit::Command(0)) if ran => Some(String::new()),
+            Ok(exit) if ran => Some(format!("/{}", exit.code())),
+            Err(err) if ran => Some(format!("/{}", Exit::for_error(err).code())),
+            // Another host holds the lock, or ran the job successfully recently.
+            Ok(Exit::Conflict(_)) if self.skipped && skip != Some(Skip::Failed) => {
+                Some(String::new())
+            }
+            // Errors before the command ran are not this check's to report:
+            // another host may well run the job.
+            _ => None,
+        };
+        if let Some(suffix) = suffix {
+            send(
+                &with_suffix(&self.url, &suffix),
+                &self.report,
+                &self.failures,
+            );
+        }
+        self.failures.load(Ordering::Relaxed)
+    }
 }
 
 /// One ping, within BOUND; a failure is one line (hidden by `-q`).
-fn send(url: &str, report: Report, failures: &AtomicU32) {
+fn send(url: &str, report: &Report, failures: &AtomicU32) {
     let deadline = Instant::now() + BOUND;
     let mut attempt = 0;
     let failure = loop {
@@ -188,7 +180,7 @@ fn get(url: &str, timeout: Duration) -> Result<(), ureq::Error> {
     }
 }
 
-fn fail(report: Report, failures: &AtomicU32, url: &str, reason: &str) {
+fn fail(report: &Report, failures: &AtomicU32, url: &str, reason: &str) {
     failures.fetch_add(1, Ordering::Relaxed);
     report.note(format_args!("ping to {} failed: {reason}", shown(url)));
 }

@@ -17,19 +17,19 @@ use indicatif::ProgressBar;
 use tokio::time::Instant;
 
 use self::terminal::new_bar;
-use super::notify;
+use super::notify::Notifier;
 use crate::lock::holder::Seen;
 use crate::lock::queue::{QueueEvent, QueueEvents};
 use crate::present::{holder, whole_seconds};
-use crate::report::{self, Report, Verbosity};
+use crate::report::{Report, Verbosity};
 use crate::session::Session;
 use zklock::zk::client::Client;
 
 /// Reports the queue while waiting and remembers who was first in this
 /// session, to say who held the lock if we give up.
-pub struct WaitReport {
+pub struct WaitReport<'a> {
     report: Report,
-    display: Rc<WaitDisplay>,
+    display: Rc<WaitDisplay<'a>>,
     /// The session waited in, to read who holds the lock.
     client: Client,
     first: Option<String>,
@@ -43,7 +43,7 @@ pub struct WaitReport {
     pub looked: Rc<Cell<bool>>,
 }
 
-impl QueueEvents for WaitReport {
+impl QueueEvents for WaitReport<'_> {
     async fn event(&mut self, event: QueueEvent<'_>) {
         match event {
             QueueEvent::Queued(node) => self.report.info(format_args!("queued as {}", node.path)),
@@ -69,12 +69,12 @@ impl QueueEvents for WaitReport {
     }
 }
 
-impl WaitReport {
+impl<'a> WaitReport<'a> {
     /// The data of the node `first` (a full path), if it is worth one more
     /// round trip: with `-v`, or for the status line.
     async fn read_holder(&mut self, first: &str) -> Option<Seen> {
         self.read = Some(first.to_owned());
-        if !(self.report.0 >= Verbosity::Verbose || self.display.wants_data()) {
+        if !(self.report.verbosity() >= Verbosity::Verbose || self.display.wants_data()) {
             return None;
         }
         let found = self.client.call(|b| b.get_data(first, false)).await;
@@ -118,7 +118,7 @@ impl WaitReport {
         });
     }
 
-    pub fn new(report: Report, display: Rc<WaitDisplay>, client: Client) -> WaitReport {
+    pub fn new(report: Report, display: Rc<WaitDisplay<'a>>, client: Client) -> WaitReport<'a> {
         WaitReport {
             report,
             display,
@@ -182,19 +182,21 @@ struct Queue {
 }
 
 /// The display of one `zklock run`'s wait, across sessions.
-pub struct WaitDisplay {
+pub struct WaitDisplay<'a> {
     mode: Mode,
     report: Report,
+    /// systemd's STATUS, when it listens.
+    notify: &'a Notifier,
     started: Instant,
     queue: RefCell<Option<Queue>>,
     bar: RefCell<Option<ProgressBar>>,
 }
 
-impl WaitDisplay {
+impl<'a> WaitDisplay<'a> {
     /// `waits` is false with `--no-wait`: nothing to show then.
-    pub fn new(report: Report, waits: bool) -> WaitDisplay {
+    pub fn new(report: Report, notify: &'a Notifier, waits: bool) -> WaitDisplay<'a> {
         let terminal = std::io::stderr().is_terminal();
-        let mode = match (waits, report.0, terminal) {
+        let mode = match (waits, report.verbosity(), terminal) {
             (false, _, _) | (_, Verbosity::Quiet, _) => Mode::Off,
             (true, _, true) => Mode::Line,
             (true, Verbosity::Verbose, false) => Mode::Heartbeat,
@@ -203,6 +205,7 @@ impl WaitDisplay {
         WaitDisplay {
             mode,
             report,
+            notify,
             started: Instant::now(),
             queue: RefCell::new(None),
             bar: RefCell::new(None),
@@ -211,11 +214,11 @@ impl WaitDisplay {
 
     /// Whether the holder's data is worth reading for this display.
     pub fn wants_data(&self) -> bool {
-        self.mode == Mode::Line || notify::enabled()
+        self.mode == Mode::Line || self.notify.enabled()
     }
 
     fn show(&self, queue: Queue) {
-        notify_status(&queue);
+        self.notify_status(&queue);
         *self.queue.borrow_mut() = Some(queue);
         self.redraw();
     }
@@ -226,7 +229,7 @@ impl WaitDisplay {
     /// heartbeat.
     pub async fn tick(&self) {
         let heartbeat =
-            (self.mode == Mode::Heartbeat || notify::enabled()).then(heartbeat_interval);
+            (self.mode == Mode::Heartbeat || self.notify.enabled()).then(heartbeat_interval);
         let redraw = (self.mode == Mode::Line).then_some(REDRAW);
         let Some(every) = redraw.or(heartbeat) else {
             return std::future::pending().await;
@@ -264,7 +267,7 @@ impl WaitDisplay {
                 summary(queue, SystemTime::now())
             ));
         }
-        notify_status(queue);
+        self.notify_status(queue);
     }
 
     fn redraw(&self) {
@@ -282,7 +285,7 @@ impl WaitDisplay {
         );
         self.bar
             .borrow_mut()
-            .get_or_insert_with(new_bar)
+            .get_or_insert_with(|| new_bar(&self.report))
             .set_message(text);
     }
 
@@ -290,25 +293,25 @@ impl WaitDisplay {
     /// before anything else is written to the terminal.
     pub fn clear(&self) {
         if let Some(bar) = self.bar.borrow_mut().take() {
-            report::show_above(None);
+            self.report.show_above(None);
             bar.finish_and_clear();
         }
     }
+
+    /// `STATUS=waiting for PATH: 2 ahead, held by ...`, when systemd listens.
+    fn notify_status(&self, queue: &Queue) {
+        self.notify.status(|| {
+            let summary = summary(queue, SystemTime::now());
+            format!("waiting for {}: {summary}", queue.path)
+        });
+    }
 }
 
-impl Drop for WaitDisplay {
+impl Drop for WaitDisplay<'_> {
     /// Every way out of the wait (a signal, an error) erases the line.
     fn drop(&mut self) {
         self.clear();
     }
-}
-
-/// `STATUS=waiting for PATH: 2 ahead, held by ...`, when systemd listens.
-fn notify_status(queue: &Queue) {
-    notify::status(|| {
-        let summary = summary(queue, SystemTime::now());
-        format!("waiting for {}: {summary}", queue.path)
-    });
 }
 
 /// The heartbeat's interval; ZKLOCK_HEARTBEAT_INTERVAL, undocumented, is

@@ -3,17 +3,17 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::report;
+use crate::report::Report;
 
-/// A spinner with a message on stderr; our own lines are printed above it.
-pub(super) fn new_bar() -> ProgressBar {
+/// A spinner with a message on stderr; `report`'s lines are printed above it.
+pub(super) fn new_bar(report: &Report) -> ProgressBar {
     let target = ProgressDrawTarget::term_like_with_hz(Box::new(Stderr::default()), 20);
     let bar = ProgressBar::with_draw_target(None, target);
     // The template is a constant: it parses.
     if let Ok(style) = ProgressStyle::with_template("{spinner} {wide_msg}") {
         bar.set_style(style);
     }
-    report::show_above(Some(bar.clone()));
+    report.show_above(Some(bar.clone()));
     bar
 }
 
