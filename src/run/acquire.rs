@@ -115,6 +115,7 @@ pub(crate) async fn take_locks<T>(
             Ok(match result {
                 Ok(Acquired::Held(..)) => {
                     display.clear(); // before the command's output
+                    drop(observer);
                     let then = then.take().expect("the locks are held once");
                     let owner = session.id();
                     let taken = Taken {
