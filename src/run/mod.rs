@@ -120,13 +120,9 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
     notify::status(|| format!("connecting to ZooKeeper for {}", plan.order.join(" ")));
     // Go: the command ran, with this exit; End: it was skipped.
     let command = async |session: &Session, signals: &mut Signals, taken: Taken| {
-        let Taken {
-            held,
-            watches,
-            policy,
-            owner,
-        } = taken;
-        for node in &held {
+        let held = &taken.held;
+        let owner = taken.owner;
+        for node in held {
             plan.report.info(format_args!(
                 "acquired {} (fencing token {}) after {}",
                 node.path,
@@ -134,21 +130,21 @@ async fn lifecycle(args: &RunArgs, facts: Rc<metrics::Facts>) -> Result<Exit> {
                 human_duration(started.elapsed())
             ));
         }
-        let env = command_environment(&plan.paths, &plan.order, &held, owner, &plan.connect);
-        facts.acquired(first_token(&plan.paths, &plan.order, &held));
-        let record = match once::check(&plan, session.client(), &held, &facts).await? {
+        let env = command_environment(&plan.paths, &plan.order, held, owner, &plan.connect);
+        facts.acquired(first_token(&plan.paths, &plan.order, held));
+        let record = match once::check(&plan, session.client(), held, &facts).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Step::End(skipped)),
         };
         facts.ran();
         let lock = HeldLock {
             nodes: held.iter().map(|node| node.path.clone()).collect(),
-            watches,
+            watches: taken.watches,
             owner,
             ours: true,
             record,
         };
-        let exit = run_command(&plan, signals, session, lock, policy, &env, prepared).await?;
+        let exit = run_command(&plan, signals, session, lock, taken.policy, &env, prepared).await?;
         anyhow::Ok(Step::Go(exit))
     };
     let (ran, closed) = match take_locks(&plan, &mut signals, command).await? {
