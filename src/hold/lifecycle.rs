@@ -144,7 +144,7 @@ pub(super) async fn lifecycle(
     // Under an enclosing run or hold of the same paths: at once, under its
     // nodes, which are not ours (docs/design.md, "Nested runs"). Every way
     // out, before the hold is handed over or after, ends the session with
-    // our nodes deleted (`Session::scope`).
+    // our nodes deleted (`Opened::scope`).
     let (held, closed) = match enter(&plan, &mut signals, hold).await? {
         Reentry::Done(Step::Go(done)) => done,
         Reentry::Done(Step::End(exit)) => return Ok(exit),

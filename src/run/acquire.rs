@@ -17,7 +17,7 @@ use crate::lock::holder::Seen;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{self, Acquired, Creating, Node, NodeSpec, NodeWatch, Request};
 use crate::present::holder::superseder;
-use crate::session::{Closed, Session, is_session_lost};
+use crate::session::{Closed, Opened, Session, is_session_lost};
 use crate::values::human_duration;
 
 /// Every lock taken, for the command that runs under them in the session
@@ -50,7 +50,7 @@ enum Attempt<T> {
 
 /// Connects and takes every lock under one deadline, then runs `then`
 /// under them in that session; ends with `then`'s value and how the
-/// session ended (`Session::scope`: on every way out, our nodes deleted). A
+/// session ended (`Opened::scope`: on every way out, our nodes deleted). A
 /// lost session or node while waiting means queueing again in a new
 /// session, deadline allowing.
 pub(crate) async fn take_locks<T>(
@@ -202,7 +202,7 @@ pub(super) async fn connect(
     plan: &Plan<'_>,
     signals: &mut Signals,
     burst: Burst,
-) -> Result<Step<Session>> {
+) -> Result<Step<Opened>> {
     let session = tokio::select! {
         session = Session::open(&plan.connect, burst) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),

@@ -27,7 +27,7 @@ use crate::exit::{Exit, Failure};
 use crate::session::diagnose::{credential_problem, diagnose, unresolvable};
 pub use crate::session::diagnose::{host_name, servers};
 pub use crate::session::options::Options;
-pub use crate::session::owner::{Closed, Node, OwnedNodes};
+pub use crate::session::owner::{Closed, Node, Opened, OwnedNodes};
 pub use crate::session::settings::Settings;
 use crate::values::human_duration;
 
@@ -147,8 +147,8 @@ type Identities = Vec<(String, String)>;
 
 /// A live session. It owns the only [`Client`] handle kept beyond a call,
 /// so that a session dropped unclosed still ends (the client sends
-/// closeSession once every handle is gone); [`Session::scope`] closes it,
-/// deleting our nodes first (owner.rs).
+/// closeSession once every handle is gone); it is reached only in its
+/// scope, which closes it, deleting our nodes first ([`Opened::scope`]).
 pub struct Session {
     client: Client,
     /// whoAmI's answer, asked in the first burst when `--acl` was given.
@@ -163,7 +163,7 @@ pub struct Session {
 impl Session {
     /// Connects within `--connect-timeout`, with nothing but the checks of
     /// the first burst (see [`Session::open`]).
-    pub async fn connect(settings: &Settings) -> Result<Session> {
+    pub async fn connect(settings: &Settings) -> Result<Opened> {
         Session::open(settings, Burst::default()).await
     }
 
@@ -173,7 +173,8 @@ impl Session {
     /// error) and whoAmI when `--acl` was given (see [`Session::check_acl`]):
     /// one round trip for all of them (docs/design.md, "Round trips").
     /// Returns once the chroot is known to exist; the burst's answers come.
-    pub async fn open(settings: &Settings, burst: Burst) -> Result<Session> {
+    /// The session is used only in its scope ([`Opened::scope`]).
+    pub async fn open(settings: &Settings, burst: Burst) -> Result<Opened> {
         let mut first = Burst::default();
         let chroot = (settings.hosts.chroot()).map(|_| first.exists("/", false));
         let who_am_i = settings.acl.explicit.then(|| first.who_am_i());
@@ -217,13 +218,13 @@ impl Session {
                 Err(err) => return Err(err).context("checking that the chroot exists"),
             }
         }
-        Ok(Session {
+        Ok(Opened(Session {
             client,
             who_am_i: Cell::new(who_am_i),
             owned: OwnedNodes::default(),
             released: RefCell::default(),
             end_by: Cell::default(),
-        })
+        }))
     }
 
     pub fn client(&self) -> &Client {

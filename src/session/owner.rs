@@ -1,5 +1,5 @@
 //! The one owner of a session's end: our nodes are registered as they are
-//! created ([`OwnedNodes`]), and [`Session::scope`] deletes them and ends the
+//! created ([`OwnedNodes`]), and [`Opened::scope`] deletes them and ends the
 //! session on every way out of its body, in one place, so that no early
 //! return can skip it (ARCHITECTURE.md, "session/").
 
@@ -36,7 +36,7 @@ impl Node {
 /// Our nodes in a session, in the order they were created: added where a
 /// create's answer arrives (or a lost create is found again by our name,
 /// lock/nodes.rs), removed when we delete one on purpose; deleted when the
-/// session ends (see [`Session::scope`]).
+/// session ends (see [`Opened::scope`]).
 #[derive(Default)]
 pub struct OwnedNodes(RefCell<Vec<Node>>);
 
@@ -55,6 +55,32 @@ impl OwnedNodes {
     }
 }
 
+/// A session just opened, reached only through [`Opened::scope`]: no
+/// request is made in a session that its scope does not close.
+#[must_use = "a session is used, and closed, in its scope"]
+pub struct Opened(pub(super) Session);
+
+impl Opened {
+    pub fn id(&self) -> i64 {
+        self.0.id()
+    }
+
+    /// The session timeout the ensemble granted.
+    pub fn timeout(&self) -> Duration {
+        self.0.timeout()
+    }
+
+    /// Runs `body` with the session, then ends it, whichever way the body
+    /// returned: deletes our nodes and sends closeSession (unless
+    /// [`Session::release`] already sent them), and awaits the answers,
+    /// bounded. The only place a session is closed.
+    pub async fn scope<T>(self, body: impl AsyncFnOnce(&Session) -> T) -> (T, Closed) {
+        let Opened(session) = self;
+        let value = body(&session).await;
+        (value, session.close().await)
+    }
+}
+
 /// Deletes of our nodes already sent, their answers still to come (see
 /// [`Session::release`]).
 pub(super) struct Release {
@@ -63,7 +89,7 @@ pub(super) struct Release {
     closed: Option<Pending<()>>,
 }
 
-/// How a session ended (see [`Session::scope`]).
+/// How a session ended (see [`Opened::scope`]).
 pub struct Closed {
     /// The server confirmed our nodes gone: deleted, or the session expired.
     pub confirmed: bool,
@@ -80,18 +106,9 @@ impl Session {
         &self.owned
     }
 
-    /// Runs `body` with the session, then ends it, whichever way the body
-    /// returned: deletes our nodes and sends closeSession (unless
-    /// [`Session::release`] already sent them), and awaits the answers,
-    /// bounded. The only place a session is closed.
-    pub async fn scope<T>(self, body: impl AsyncFnOnce(&Session) -> T) -> (T, Closed) {
-        let value = body(&self).await;
-        (value, self.close().await)
-    }
-
     /// Sends the deletes of our nodes (last first) and closeSession right
     /// behind them, in one write, without waiting for the answers: the end
-    /// of [`Session::scope`] awaits them. Nothing goes ahead of them: a
+    /// of [`Opened::scope`] awaits them. Nothing goes ahead of them: a
     /// lease's watches are dropped locally, without a request. Once only.
     pub fn release(&self) {
         let mut released = self.released.borrow_mut();
@@ -234,7 +251,7 @@ mod tests {
     }
 
     /// The rule "every way out deletes our nodes and closes the session" is
-    /// held by `Session::scope` alone: a close written by hand elsewhere is
+    /// held by `Opened::scope` alone: a close written by hand elsewhere is
     /// one an early return could skip.
     #[test]
     fn only_the_scope_closes_a_session() {
@@ -243,7 +260,7 @@ mod tests {
         closes(&root, &root, &mut found);
         assert!(
             found.is_empty(),
-            "sessions are closed by Session::scope only (src/session/owner.rs):\n{}",
+            "sessions are closed by Opened::scope only (src/session/owner.rs):\n{}",
             found.join("\n")
         );
     }
