@@ -20,9 +20,9 @@ use self::queue::{Acquired, QueueEvents, Request, take_turn};
 use self::recipe::{LOCK, LockKind, READ, WRITE};
 
 /// Takes the lock at `request.dir`. Every node created is added to
-/// `request.ours` at once (and removed when we delete it), so the session's
-/// end deletes it even if this future is dropped at a deadline or by a
-/// signal.
+/// `request.owned` at once (and removed when we delete it), so the
+/// session's end deletes it even if this future is dropped at a deadline or
+/// by a signal.
 pub async fn acquire(request: &Request<'_>, events: &mut impl QueueEvents) -> Result<Acquired> {
     let Some(marker) = marker(request.kind) else {
         let LockKind::Semaphore(limit) = request.kind else {

@@ -245,8 +245,8 @@ async fn list(client: &Client, dir: &str) -> Result<Vec<String>> {
     Ok(listed.children)
 }
 
-/// Creates our `marker` node in `dir` (added to `request.owned`); with the listing of `dir` sent in the same burst, if it
-/// came back.
+/// Creates our `marker` node in `dir` (added to `request.owned`); with the
+/// listing of `dir` sent in the same burst, if it came back.
 pub async fn enqueue(
     request: &Request<'_>,
     dir: &str,
