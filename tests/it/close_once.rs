@@ -13,6 +13,7 @@ use zklock::zk::ops::CreateMode;
 use zklock::zk::records::perms;
 
 use crate::harness::{Scene, acl, ephemerals, run_bounded};
+use crate::hold::Place;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -93,4 +94,19 @@ fn kill_after_refused_once_connected_leaves_no_node() {
     out.assert_code(64);
     assert!(out.stderr.contains("session"), "{}", out.stderr);
     s.assert_no_lock_nodes();
+}
+
+/// `zklock hold --once-per` skipped (a run within the window): the holder
+/// exits 75 before handing anything over, and leaves no lock node.
+#[test]
+fn hold_once_per_skip_leaves_no_lock_node() {
+    let place = Place::new("close-hold-once-per");
+    let mut first = place.scene.run();
+    first.args(["--once-per", "1h", "--", "true"]);
+    run_bounded(&mut first, LONG).assert_code(0);
+    let out = place.run(r#""$ZKLOCK" hold -z "$ZK" --once-per 1h "$P""#);
+    out.assert_code(75);
+    assert!(out.stderr.contains("not running"), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    place.assert_no_lock_nodes();
 }
