@@ -63,9 +63,8 @@ pub fn break_lock(args: BreakArgs) -> Result<Exit> {
     }
     let deleted = session::block_on(async {
         let session = Session::connect(&options).await?;
-        let deleted = delete_if_same(session.client(), &target).await;
-        session.close(&[]).await;
-        deleted
+        let deleting = async |session: &Session| delete_if_same(session.client(), &target).await;
+        session.scope(deleting).await.0
     })?;
     if deleted {
         print_stdout(&target.done);
@@ -87,8 +86,8 @@ pub fn break_lock(args: BreakArgs) -> Result<Exit> {
 /// Finds the node to delete: the named one, or the only holder.
 async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result<Step<Target>> {
     let session = Session::connect(options).await?;
-    let view = inspect::read_lock(session.client(), lock).await;
-    session.close(&[]).await;
+    let reading = async |session: &Session| inspect::read_lock(session.client(), lock).await;
+    let (view, _) = session.scope(reading).await;
     let status = LockStatus::new(lock, view?, SystemTime::now());
     let entries: Vec<(usize, bool, &Entry)> = status.entries().collect();
     let semaphore = matches!(status.view.kind, PathKind::Semaphore { .. });
@@ -154,8 +153,8 @@ async fn find_node(options: &Settings, lock: &str, name: Option<&str>) -> Result
 /// Finds the run record to delete.
 async fn find_record(options: &Settings, lock: &str) -> Result<Step<Target>> {
     let session = Session::connect(options).await?;
-    let found = record::read(session.client(), lock).await;
-    session.close(&[]).await;
+    let reading = async |session: &Session| record::read(session.client(), lock).await;
+    let (found, _) = session.scope(reading).await;
     let Some((record, stat)) = found? else {
         say(format_args!("{lock} has no run record; nothing deleted"));
         return Ok(Step::End(Exit::NotDeleted));

@@ -15,8 +15,9 @@ use crate::session::{self, Session};
 pub fn list(args: ListArgs) -> Result<Exit> {
     session::block_on(async {
         let session = Session::connect(&args.connection.settings()?).await?;
-        let tree = inspect::read_tree(session.client(), args.prefix.as_str()).await;
-        session.close(&[]).await;
+        let prefix = args.prefix.as_str();
+        let reading = async |session: &Session| inspect::read_tree(session.client(), prefix).await;
+        let (tree, _) = session.scope(reading).await;
         let now = SystemTime::now();
         let locks: Vec<ListEntry> = tree?
             .into_iter()

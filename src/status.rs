@@ -21,16 +21,14 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
         // As `run` does, only when our ACL keeps others from deleting.
         let guarded = !nodes::anyone_may_delete(&settings.acl.to_zk());
         let session = Session::connect(&settings).await?;
-        let locks = async {
+        let reading = async |session: &Session| {
             let mut locks = Vec::new();
             for path in &args.paths {
                 locks.push(lock_status(session.client(), path.as_str(), guarded).await?);
             }
             anyhow::Ok(locks)
-        }
-        .await;
-        session.close(&[]).await;
-        let locks = locks?;
+        };
+        let locks = session.scope(reading).await.0?;
         let any_taken =
             (locks.iter()).any(|l| !l.view.holders.is_empty() || !l.view.waiting.is_empty());
         if args.json {

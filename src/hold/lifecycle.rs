@@ -16,12 +16,13 @@ use crate::cli::OnLost;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
 use crate::lock::holder::HoldBinding;
-use crate::lock::{lease, queue};
+use crate::lock::lease;
 use crate::run::acquire::{Taken, abort_signal, take_locks};
 use crate::run::hold::{HeldLock, command_environment, lease_watch};
-use crate::run::nested::{Entered, enter};
+use crate::run::nested::{Reentry, enter};
 use crate::run::plan::Plan;
 use crate::run::{Outputs, first_token, once};
+use crate::session::Session;
 use crate::values::{Precision, rfc3339};
 
 /// How long, at least, an unbound holder answers `zklock release` after the
@@ -43,41 +44,24 @@ pub(super) async fn lifecycle(
     });
     let plan = plan;
     outputs.connecting(&plan.order);
-    // Under an enclosing run or hold of the same paths: at once, under its
-    // nodes, which are not ours (docs/design.md, "Nested runs").
-    let (session, held, watches, policy, owner, ours) = match enter(&plan, &mut signals).await? {
-        Step::End(exit) => return Ok(exit),
-        Step::Go(Some(Entered {
-            session,
+    let hold = async |session: &Session, signals: &mut Signals, taken: Taken| {
+        let Taken {
+            held,
+            watches,
             policy,
             owner,
-            held,
-        })) => (session, held, Vec::new(), policy, owner, false),
-        Step::Go(None) => match take_locks(&plan, outputs, &mut signals).await? {
-            Step::Go(Taken {
-                session,
-                held,
-                watches,
-                policy,
-            }) => {
-                let owner = session.id();
-                (session, held, watches, policy, owner, true)
-            }
-            Step::End(exit) => return Ok(exit),
-        },
-    };
-    // The order `held` is in, and what is ours to delete.
-    let (order, nodes): (&[&str], Vec<&str>) = match ours {
-        true => (&plan.order, queue::paths(&held)),
-        false => (&plan.paths, Vec::new()),
-    };
-    // Every way out before the hold is handed over deletes our nodes.
-    let started = async {
+        } = taken;
+        let ours = owner == session.id();
+        // The order `held` is in.
+        let order: &[&str] = match ours {
+            true => &plan.order,
+            false => &plan.paths,
+        };
         let env = command_environment(&plan.paths, order, &held, owner, &plan.connect);
         facts.acquired(first_token(&plan.paths, order, &held));
         let record = match once::check(&plan, session.client(), &held, facts).await? {
             Step::Go(record) => record,
-            Step::End(skipped) => return Ok(Err(skipped)),
+            Step::End(skipped) => return Ok(Step::End(skipped)),
         };
         let control = Control::bind()?;
         let mut vars = vec![(
@@ -89,82 +73,88 @@ pub(super) async fn lifecycle(
                 .map(|(name, value)| ((*name).to_owned(), value.clone())),
         );
         hand_over(&vars)?;
-        Ok(Ok((env, record, control)))
-    };
-    let (env, record, control) = match started.await {
-        Ok(Ok(started)) => started,
-        Ok(Err(skipped)) => {
-            session.close(&nodes).await;
-            return Ok(skipped);
+        facts.ran();
+        outputs.started(&env);
+        let mut lock = HeldLock {
+            nodes: held.iter().map(|node| node.path.clone()).collect(),
+            watches,
+            owner,
+            policy,
+            ours,
+            record,
+        };
+        let (deadline, _handed) = lease::deadline(session.client(), policy);
+        let max_hold = binding.max_hold.map(|max| Instant::now() + max);
+        let mut holder = plan.holder();
+        if let Some(hold) = &mut holder.hold {
+            let until = binding.max_hold.map(|max| SystemTime::now() + max);
+            hold.until = until.map(|at| rfc3339(at, Precision::Seconds));
         }
-        Err(err) => {
-            session.close(&nodes).await;
-            return Err(err);
-        }
-    };
-    facts.ran();
-    outputs.started(&env);
-    let mut lock = HeldLock {
-        nodes: held.iter().map(|node| node.path.clone()).collect(),
-        watches,
-        owner,
-        policy,
-        ours,
-        record,
-    };
-    let (deadline, _handed) = lease::deadline(session.client(), policy);
-    let max_hold = binding.max_hold.map(|max| Instant::now() + max);
-    let mut holder = plan.holder();
-    if let Some(hold) = &mut holder.hold {
-        let until = binding.max_hold.map(|max| SystemTime::now() + max);
-        hold.until = until.map(|at| rfc3339(at, Precision::Seconds));
-    }
-    let acquired = holder.acquired(std::process::id()).to_bytes();
-    let ended = {
-        let watches = std::mem::take(&mut lock.watches);
-        let mut lost = pin!(lease_watch(
-            &plan, outputs, &session, &lock, watches, &deadline, acquired
-        ));
-        loop {
-            tokio::select! {
-                reason = &mut lost => break Ended::Lost(reason),
-                () = bound_exit(&binding) => break Ended::BoundExited,
-                () = sleep_until(max_hold.unwrap_or_else(Instant::now)), if max_hold.is_some() => {
-                    break Ended::Lost(format!(
-                        "held for --max-hold {}",
-                        humantime::format_duration(binding.max_hold.unwrap_or_default())
-                    ));
+        let acquired = holder.acquired(std::process::id()).to_bytes();
+        let ended = {
+            let watches = std::mem::take(&mut lock.watches);
+            let mut lost = pin!(lease_watch(
+                &plan, outputs, session, &lock, watches, &deadline, acquired
+            ));
+            loop {
+                tokio::select! {
+                    reason = &mut lost => break Ended::Lost(reason),
+                    () = bound_exit(&binding) => break Ended::BoundExited,
+                    () = sleep_until(max_hold.unwrap_or_else(Instant::now)), if max_hold.is_some() => {
+                        break Ended::Lost(format!(
+                            "held for --max-hold {}",
+                            humantime::format_duration(binding.max_hold.unwrap_or_default())
+                        ));
+                    }
+                    signal = abort_signal(signals) => break Ended::Signal(signal),
+                    (request, asker) = control.next() => match request {
+                        Request::Paths => asker.paths(&plan.paths),
+                        Request::Release => break Ended::Release(asker, None),
+                    },
                 }
-                signal = abort_signal(&mut signals) => break Ended::Signal(signal),
-                (request, asker) = control.next() => match request {
-                    Request::Paths => asker.paths(&plan.paths),
-                    Request::Release => break Ended::Release(asker, None),
-                },
             }
+        };
+        // A release asks ZooKeeper first (see `lease::lost_now`).
+        let ended = match ended {
+            Ended::Release(asker, None) => {
+                let lost = lease::lost_now(session.client(), &lock.nodes, owner).await;
+                Ended::Release(asker, lost)
+            }
+            ended => ended,
+        };
+        let exit = match &ended {
+            Ended::Lost(_) | Ended::Release(_, Some(_)) => Exit::LockLost,
+            Ended::Signal(signal) => Exit::Signal(*signal),
+            Ended::BoundExited | Ended::Release(_, None) => Exit::Command(0),
+        };
+        if let (Ended::Lost(_), Some(bound), OnLost::Term) =
+            (&ended, &binding.bound, binding.on_lost)
+        {
+            bound.terminate();
         }
-    };
-    // A release asks ZooKeeper first (see `lease::lost_now`).
-    let ended = match ended {
-        Ended::Release(asker, None) => {
-            let lost = lease::lost_now(session.client(), &lock.nodes, owner).await;
-            Ended::Release(asker, lost)
+        outputs.notify.stopping();
+        if let Some(record) = lock.record.take() {
+            record.finish(&plan, session.client(), exit).await;
         }
-        ended => ended,
+        anyhow::Ok(Step::Go((exit, ended, control)))
     };
-    let exit = match &ended {
-        Ended::Lost(_) | Ended::Release(_, Some(_)) => Exit::LockLost,
-        Ended::Signal(signal) => Exit::Signal(*signal),
-        Ended::BoundExited | Ended::Release(_, None) => Exit::Command(0),
+    // Under an enclosing run or hold of the same paths: at once, under its
+    // nodes, which are not ours (docs/design.md, "Nested runs"). Every way
+    // out, before the hold is handed over or after, ends the session with
+    // our nodes deleted (`Opened::scope`).
+    let (held, closed) = match enter(&plan, &mut signals, hold).await? {
+        Reentry::Done(Step::Go(done)) => done,
+        Reentry::Done(Step::End(exit)) => return Ok(exit),
+        Reentry::Not(hold) => match take_locks(&plan, outputs, &mut signals, hold).await? {
+            Step::Go(done) => done,
+            Step::End(exit) => return Ok(exit),
+        },
     };
-    if let (Ended::Lost(_), Some(bound), OnLost::Term) = (&ended, &binding.bound, binding.on_lost) {
-        bound.terminate();
-    }
-    outputs.notify.stopping();
-    if let Some(record) = lock.record.take() {
-        record.finish(&plan, session.client(), exit).await;
-    }
-    let release = session.release(&nodes);
-    let confirmed = session.close_after(release).await;
+    let (exit, ended, control) = match held? {
+        Step::Go(held) => held,
+        Step::End(skipped) => return Ok(skipped),
+    };
+    let confirmed = closed.confirmed;
     match ended {
         Ended::Release(asker, lost) => {
             let released = match (lost, confirmed) {

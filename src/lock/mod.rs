@@ -16,24 +16,21 @@ pub mod supersede;
 
 use anyhow::Result;
 
-use self::queue::{Acquired, Node, QueueEvents, Request, take_turn};
+use self::queue::{Acquired, QueueEvents, Request, take_turn};
 use self::recipe::{LOCK, LockKind, READ, WRITE};
 
-/// Takes the lock at `request.dir`. Every node created is pushed to `owned`
-/// at once (and removed when we delete it), so the caller can clean up even
-/// if this future is dropped at a deadline or by a signal.
-pub async fn acquire(
-    request: &Request<'_>,
-    owned: &mut Vec<Node>,
-    events: &mut impl QueueEvents,
-) -> Result<Acquired> {
+/// Takes the lock at `request.dir`. Every node created is added to
+/// `request.owned` at once (and removed when we delete it), so the
+/// session's end deletes it even if this future is dropped at a deadline or
+/// by a signal.
+pub async fn acquire(request: &Request<'_>, events: &mut impl QueueEvents) -> Result<Acquired> {
     let Some(marker) = marker(request.kind) else {
         let LockKind::Semaphore(limit) = request.kind else {
             unreachable!("every other kind has a marker")
         };
-        return semaphore::acquire_permit(request, limit, owned, events).await;
+        return semaphore::acquire_permit(request, limit, events).await;
     };
-    take_turn(request, request.dir, marker, owned, events).await
+    take_turn(request, request.dir, marker, events).await
 }
 
 /// The marker in the names of a lock's contenders of `kind`; None for a

@@ -10,29 +10,8 @@ use zklock::zk::records::{Acl, Error, Stat, perms};
 
 use crate::exit::{Exit, Failure};
 use crate::lock::recipe::{self};
-use crate::session::{Losses, is_connection_loss, retrying};
-
-/// A node of ours, once the server has it.
-#[derive(Debug, Clone)]
-pub struct Node {
-    /// Full path (under the chroot, as clients of the same `-z` see it).
-    pub path: String,
-    /// The node's czxid: strictly increasing across successive holders.
-    pub czxid: i64,
-}
-
-/// The paths of `nodes`, for deleting them.
-pub fn paths(nodes: &[Node]) -> Vec<&str> {
-    nodes.iter().map(|node| node.path.as_str()).collect()
-}
-
-impl Node {
-    pub fn name(&self) -> &str {
-        self.path
-            .rsplit_once('/')
-            .map_or(&self.path, |(_, name)| name)
-    }
-}
+pub use crate::session::Node;
+use crate::session::{Losses, OwnedNodes, is_connection_loss, retrying};
 
 /// One attempt at creating our node, sent and not yet answered: the
 /// requests of one burst (see [`create_node`]).
@@ -97,7 +76,8 @@ impl NodeSpec<'_> {
 /// create whose reply was lost. With `spec.list`, also the children of
 /// `dir` as the server saw them right after our create, when that listing
 /// came back. `first` is an attempt already sent (in the session's first
-/// burst), if any.
+/// burst), if any. The node is added to `owned` as soon as the server has
+/// it, so that the session's end deletes it whatever happens next.
 ///
 /// Each attempt is one burst, one round trip: ZooKeeper serves a session's
 /// requests in order, so the creates of the directory and its ancestors,
@@ -115,6 +95,7 @@ impl NodeSpec<'_> {
 /// an error transaction in the server's log.
 pub async fn create_node(
     client: &Client,
+    owned: &OwnedNodes,
     spec: NodeSpec<'_>,
     first: Option<Creating>,
 ) -> Result<(Node, Option<Vec<String>>)> {
@@ -155,6 +136,7 @@ pub async fn create_node(
                         path: created.path,
                         czxid: created.stat.czxid,
                     };
+                    owned.add(&node);
                     if let Some(dir_acl) = dir_acl {
                         refuse_open_dir(client, dir, dir_acl.await, &node).await?;
                     }
@@ -187,6 +169,7 @@ pub async fn create_node(
                         .lost(made)
                         .with_context(|| format!("creating a lock node under {dir}"))?;
                     if let Some(node) = find_own_node(client, dir, &own).await? {
+                        owned.add(&node);
                         if !anyone_may_delete(spec.acls) {
                             refuse_open_dir(client, dir, Err(Error::ConnectionLoss), &node).await?;
                         }

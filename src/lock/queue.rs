@@ -14,12 +14,12 @@ use zklock::zk::watches::Watch;
 
 use crate::exit::Failure;
 use crate::lock::holder::Seen;
-pub use crate::lock::nodes::{Creating, MissingChroot, Node, NodeSpec, paths};
+pub use crate::lock::nodes::{Creating, MissingChroot, Node, NodeSpec};
 use crate::lock::nodes::{create_node, denied};
 use crate::lock::queue_policy::{MaxWaiting, QueuePolicy, Step};
 use crate::lock::recipe::{self, LockKind, Standing};
 use crate::lock::supersede::{Ours, Supersede};
-use crate::session::retrying;
+use crate::session::{OwnedNodes, retrying};
 
 /// What happens in a wait, as it happens: the caller shows it (run/wait/).
 pub enum QueueEvent<'a> {
@@ -67,6 +67,8 @@ pub enum Acquired {
 /// Everything a caller needs to take one lock.
 pub struct Request<'a> {
     pub client: &'a Client,
+    /// Our nodes in the client's session: every node created is added.
+    pub owned: &'a OwnedNodes,
     pub dir: &'a str,
     pub kind: LockKind,
     pub data: &'a [u8],
@@ -93,11 +95,10 @@ pub async fn take_turn(
     request: &Request<'_>,
     dir: &str,
     marker: &str,
-    owned: &mut Vec<Node>,
     events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let client = request.client;
-    let (node, mut listed) = enqueue(request, dir, marker, owned, events).await?;
+    let (node, mut listed) = enqueue(request, dir, marker, events).await?;
     let me = node.name().to_owned();
     let mut policy = policies(request, dir, &me, node.czxid);
     let mut own_watch = None;
@@ -244,14 +245,12 @@ async fn list(client: &Client, dir: &str) -> Result<Vec<String>> {
     Ok(listed.children)
 }
 
-/// Creates our `marker` node in `dir` and owns it at once (see
-/// `lock::acquire`); with the listing of `dir` sent in the same burst, if it
-/// came back.
+/// Creates our `marker` node in `dir` (added to `request.owned`); with the
+/// listing of `dir` sent in the same burst, if it came back.
 pub async fn enqueue(
     request: &Request<'_>,
     dir: &str,
     marker: &str,
-    owned: &mut Vec<Node>,
     events: &mut impl QueueEvents,
 ) -> Result<(Node, Option<Vec<String>>)> {
     let spec = NodeSpec {
@@ -262,9 +261,8 @@ pub async fn enqueue(
         list: true,
     };
     let first = request.first.take().filter(|_| dir == request.dir);
-    let (node, children) = create_node(request.client, spec, first).await?;
+    let (node, children) = create_node(request.client, request.owned, spec, first).await?;
     events.event(QueueEvent::Queued(&node)).await;
-    owned.push(node.clone());
     Ok((node, children))
 }
 

@@ -6,7 +6,7 @@ use zklock::zk;
 
 use crate::exit::Failure;
 use crate::lock::nodes::{
-    MissingChroot, Node, NodeSpec, create_ancestors, create_dir, create_node, denied, parent,
+    MissingChroot, NodeSpec, create_ancestors, create_dir, create_node, denied, parent,
 };
 use crate::lock::queue::{Acquired, QueueEvent, QueueEvents, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
@@ -18,7 +18,6 @@ use crate::session::retrying;
 pub async fn acquire_permit(
     request: &Request<'_>,
     limit: u32,
-    owned: &mut Vec<Node>,
     events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let client = request.client;
@@ -26,8 +25,8 @@ pub async fn acquire_permit(
     claim_semaphore(client, request.dir, limit, request.acls).await?;
     let leases = recipe::child(request.dir, SEMAPHORE_LEASES);
     let taken = match request.wait {
-        true => take_turn(request, &gate_dir, LOCK, owned, events).await?,
-        false => gate_without_waiting(request, &gate_dir, &leases, limit, owned, events).await?,
+        true => take_turn(request, &gate_dir, LOCK, events).await?,
+        false => gate_without_waiting(request, &gate_dir, &leases, limit, events).await?,
     };
     let gate = match taken {
         Acquired::Held(gate, _) => gate,
@@ -40,8 +39,7 @@ pub async fn acquire_permit(
         acls: request.acls,
         list: false,
     };
-    let (lease, _) = create_node(client, spec, None).await?;
-    owned.push(lease.clone());
+    let (lease, _) = create_node(client, request.owned, spec, None).await?;
     loop {
         let wait = request.wait;
         let listed = retrying(|| client.call(|b| b.get_children(&leases, wait)))
@@ -54,7 +52,7 @@ pub async fn acquire_permit(
         if children.len() <= limit as usize {
             break;
         }
-        // The caller deletes the lease, then the gate (last created first),
+        // The session's end deletes the lease, then the gate (last first),
         // so the next gate holder does not count our lease.
         let Some(watcher) = watcher else {
             return Ok(Acquired::Busy);
@@ -63,7 +61,7 @@ pub async fn acquire_permit(
         watcher.await.context("waiting for a permit")?;
     }
     match retrying(|| client.call(|b| b.delete(&gate.path, -1))).await {
-        Ok(()) | Err(zk::records::Error::NoNode) => owned.retain(|n| n.path != gate.path),
+        Ok(()) | Err(zk::records::Error::NoNode) => request.owned.remove(&gate.path),
         Err(err) => return Err(err).context("releasing the semaphore's gate"),
     }
     // A plain lock taken on this path while its semaphore children were
@@ -89,11 +87,10 @@ async fn gate_without_waiting(
     gate_dir: &str,
     leases: &str,
     limit: u32,
-    owned: &mut Vec<Node>,
     events: &mut impl QueueEvents,
 ) -> Result<Acquired> {
     let client = request.client;
-    let (gate, mut listed) = enqueue(request, gate_dir, LOCK, owned, events).await?;
+    let (gate, mut listed) = enqueue(request, gate_dir, LOCK, events).await?;
     loop {
         let queue = match listed.take() {
             Some(queue) => queue,

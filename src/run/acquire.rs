@@ -7,37 +7,59 @@ use std::rc::Rc;
 use anyhow::Result;
 use tokio::time::Instant;
 use zklock::zk::burst::Burst;
-use zklock::zk::client::Client;
 
 use super::Outputs;
-use super::give_up::{deadline_after_first_look, give_up, queue_full};
+use super::give_up::{GiveUp, deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
+use crate::lock::holder::Seen;
 use crate::lock::lease::{self, LeasePolicy};
 use crate::lock::queue::{self, Acquired, Creating, Node, NodeSpec, NodeWatch, Request};
 use crate::present::holder::superseder;
-use crate::session::{Session, is_session_lost};
+use crate::session::{Closed, Opened, Session, is_session_lost};
 use crate::values::human_duration;
 
-/// Every lock taken, in the session that holds them.
+/// Every lock taken, for the command that runs under them in the session
+/// that took them (see [`take_locks`]).
 pub(crate) struct Taken {
-    pub(crate) session: Session,
-    /// The nodes, in acquisition order.
+    /// The nodes, in acquisition order (a nested run's: in the order the
+    /// paths were given).
     pub(crate) held: Vec<Node>,
     /// The watch set on each node while waiting, if any, by position.
     pub(crate) watches: Vec<Option<NodeWatch>>,
     pub(crate) policy: LeasePolicy,
+    /// The session that owns `held`: ours, or a nested run's enclosing one.
+    pub(crate) owner: i64,
 }
 
-/// Connects and takes every lock under one deadline. A lost session or node
-/// while waiting means queueing again in a new session, deadline allowing.
-pub(crate) async fn take_locks(
+/// How one session's attempt at the locks ended: each is said once the
+/// session has ended, our nodes deleted.
+enum Attempt<T> {
+    /// Every lock was held, and `then` ran under them.
+    Held(T),
+    End(Exit),
+    GaveUp(GiveUp),
+    /// `--max-waiting`: this many were already waiting for the path.
+    QueueFull(String, usize),
+    Superseded(Option<Seen>),
+    /// Our node vanished (None), or an error while waiting: queue again in
+    /// a new session if the session was lost.
+    Lost(Option<anyhow::Error>),
+}
+
+/// Connects and takes every lock under one deadline, then runs `then`
+/// under them in that session; ends with `then`'s value and how the
+/// session ended (`Opened::scope`: on every way out, our nodes deleted). A
+/// lost session or node while waiting means queueing again in a new
+/// session, deadline allowing.
+pub(crate) async fn take_locks<T>(
     plan: &Plan<'_>,
     out: &Outputs,
     signals: &mut Signals,
-) -> Result<Step<Taken>> {
+    then: impl AsyncFnOnce(&Session, &mut Signals, Taken) -> T,
+) -> Result<Step<(T, Closed)>> {
     let report = &plan.report;
     let deadline = plan
         .wait_limit
@@ -46,99 +68,110 @@ pub(crate) async fn take_locks(
     // One display for the whole wait, across sessions; dropping it (on any
     // way out, errors included) erases the status line.
     let display = Rc::new(WaitDisplay::new(report.clone(), &out.notify, plan.wait));
+    let mut then = Some(then);
     loop {
         // Our first node's requests ride in the session's first burst,
         // behind the handshake (docs/design.md, "Round trips").
         let data = plan.holder().to_bytes();
         let mut burst = Burst::default();
         let first = first_attempt(plan, &data, &mut burst);
-        let (session, policy) = match connect(plan, signals, burst).await? {
-            Step::Go(connected) => connected,
+        let session = match connect(plan, signals, burst).await? {
+            Step::Go(session) => session,
             Step::End(exit) => return Ok(Step::End(exit)),
         };
-        let mut owned = Vec::new();
-        let mut watches = Vec::new();
-        let mut observer = WaitReport::new(
-            report.clone(),
-            Rc::clone(&display),
-            session.client().clone(),
-        );
-        let looked = observer.looked.clone();
-        let unreachable_since = Cell::new(None);
-        let taking = take_in_order(
-            plan,
-            session.client(),
-            &data,
-            first,
-            &mut owned,
-            &mut watches,
-            &mut observer,
-        );
-        let result = tokio::select! {
-            result = taking => result,
-            // At the deadline, give up as when not waiting.
-            () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
-            signal = abort_signal(signals) => {
-                display.clear();
-                let _ = session.close(&queue::paths(&owned)).await;
-                return Ok(Step::End(Exit::Signal(signal)));
+        let attempt = async |session: &Session| -> Result<Attempt<T>> {
+            let policy = settle(plan, session).await?;
+            let mut held = Vec::new();
+            let mut watches = Vec::new();
+            let client = session.client().clone();
+            let mut observer = WaitReport::new(report.clone(), Rc::clone(&display), client);
+            let looked = observer.looked.clone();
+            let unreachable_since = Cell::new(None);
+            let taking = take_in_order(
+                plan,
+                session,
+                &data,
+                first,
+                &mut held,
+                &mut watches,
+                &mut observer,
+            );
+            let result = tokio::select! {
+                result = taking => result,
+                // At the deadline, give up as when not waiting.
+                () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
+                signal = abort_signal(signals) => {
+                    display.clear();
+                    return Ok(Attempt::End(Exit::Signal(signal)));
+                }
+                () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
+                () = display.tick() => unreachable!("never resolves"),
+            };
+            // A --supersede run's age, when it queues again: its first node's
+            // (docs/design.md, "Superseding waiters").
+            if plan.supersede && plan.first_queued.get().is_none() {
+                plan.first_queued
+                    .set(session.owned().first().map(|node| node.czxid));
             }
-            () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
-            () = display.tick() => unreachable!("never resolves"),
+            Ok(match result {
+                Ok(Acquired::Held(..)) => {
+                    display.clear(); // before the command's output
+                    drop(observer);
+                    let then = then.take().expect("the locks are held once");
+                    let owner = session.id();
+                    let taken = Taken {
+                        held,
+                        watches,
+                        policy,
+                        owner,
+                    };
+                    Attempt::Held(then(session, signals, taken).await)
+                }
+                Ok(Acquired::Busy) => {
+                    display.clear(); // before our last word
+                    let unreachable_since = unreachable_since.get();
+                    Attempt::GaveUp(give_up(plan, session, &observer, unreachable_since).await)
+                }
+                Ok(Acquired::QueueFull(waiting)) => {
+                    display.clear();
+                    let path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
+                    Attempt::QueueFull(path, waiting)
+                }
+                Ok(Acquired::Superseded(by)) => {
+                    display.clear(); // before our last word
+                    Attempt::Superseded(by)
+                }
+                Ok(Acquired::Lost) => Attempt::Lost(None),
+                Err(err) => Attempt::Lost(Some(err)),
+            })
         };
-        // A --supersede run's age, when it queues again: its first node's
-        // (docs/design.md, "Superseding waiters").
-        if plan.supersede && plan.first_queued.get().is_none() {
-            plan.first_queued.set(owned.first().map(|node| node.czxid));
-        }
-        match result {
-            Ok(Acquired::Held(..)) => {
-                display.clear(); // before the command's output
-                return Ok(Step::Go(Taken {
-                    session,
-                    held: owned,
-                    watches,
-                    policy,
-                }));
+        let (attempt, closed) = session.scope(attempt).await;
+        match attempt? {
+            Attempt::Held(value) => return Ok(Step::Go((value, closed))),
+            Attempt::End(exit) => return Ok(Step::End(exit)),
+            Attempt::GaveUp(gave_up) => return Ok(Step::End(gave_up.say(plan, &closed))),
+            Attempt::QueueFull(held_path, waiting) => {
+                return Ok(Step::End(queue_full(plan, &held_path, waiting)));
             }
-            Ok(Acquired::Busy) => {
-                display.clear(); // before our last word
-                let unreachable_since = unreachable_since.get();
-                let exit = give_up(plan, session, &owned, &observer, unreachable_since).await;
-                return Ok(Step::End(exit));
-            }
-            Ok(Acquired::QueueFull(waiting)) => {
-                display.clear();
-                return Ok(Step::End(
-                    queue_full(plan, session, &owned, &observer, waiting).await,
-                ));
-            }
-            Ok(Acquired::Superseded(by)) => {
-                display.clear(); // before our last word
-                let _ = session.close(&queue::paths(&owned)).await;
+            Attempt::Superseded(by) => {
                 let path = plan.order.join(" ");
                 let by = superseder(by.as_ref());
                 report.note(format_args!("superseded while waiting for {path} by {by}"));
                 return Ok(Step::End(plan.conflict));
             }
             // Our node lost, or an error: queue again, or fail.
-            result => {
-                let _ = session.close(&queue::paths(&owned)).await;
-                match result {
-                    Err(err) if err.downcast_ref().is_some_and(is_session_lost) => {
-                        report.info(format_args!(
-                            "session lost while waiting ({err:#}); queueing again"
-                        ));
-                    }
-                    Err(err) if err.downcast_ref::<queue::MissingChroot>().is_some() => {
-                        return Err(plan.connect.missing_chroot());
-                    }
-                    Err(err) => return Err(err),
-                    Ok(_) => report.info(format_args!(
-                        "our node vanished while waiting; queueing again in a new session"
-                    )),
-                }
+            Attempt::Lost(Some(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
+                report.info(format_args!(
+                    "session lost while waiting ({err:#}); queueing again"
+                ));
             }
+            Attempt::Lost(Some(err)) if err.downcast_ref::<queue::MissingChroot>().is_some() => {
+                return Err(plan.connect.missing_chroot());
+            }
+            Attempt::Lost(Some(err)) => return Err(err),
+            Attempt::Lost(None) => report.info(format_args!(
+                "our node vanished while waiting; queueing again in a new session"
+            )),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             report.note(format_args!(
@@ -164,15 +197,14 @@ fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Crea
     Some(spec.first_attempt(burst))
 }
 
-/// Connects with `burst` behind the handshake, and applies the lease rule
-/// to the granted session timeout (refusing a --kill-after that does not
-/// fit; choosing one if unset); ends when a signal ends zklock meanwhile.
+/// Connects with `burst` behind the handshake; ends when a signal ends
+/// zklock meanwhile. The session is then [`settle`]d in its scope.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     signals: &mut Signals,
     burst: Burst,
-) -> Result<Step<(Session, LeasePolicy)>> {
-    let mut session = tokio::select! {
+) -> Result<Step<Opened>> {
+    let session = tokio::select! {
         session = Session::open(&plan.connect, burst) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
@@ -182,15 +214,18 @@ pub(super) async fn connect(
         session.id(),
         human_duration(session.timeout())
     ));
-    if let Err(err) = session.check_acl(&plan.connect).await {
-        let _ = session.close(&[]).await;
-        return Err(err);
-    }
+    Ok(Step::Go(session))
+}
+
+/// Checks the ACL against who we are, and applies the lease rule to the
+/// granted session timeout (refusing a --kill-after that does not fit;
+/// choosing one if unset).
+pub(super) async fn settle(plan: &Plan<'_>, session: &Session) -> Result<LeasePolicy> {
+    session.check_acl(&plan.connect).await?;
     let granted = human_duration(session.timeout());
     let policy = match plan.policy(session.timeout()) {
         Ok(policy) => policy,
         Err(why) => {
-            let _ = session.close(&[]).await;
             return Err(Failure::usage(match plan.kill_after {
                 Some(_) => format!("the ensemble granted a shorter session ({granted}): {why}"),
                 None => format!("the ensemble granted a {granted} session: {why}"),
@@ -212,17 +247,17 @@ pub(super) async fn connect(
         plan.report
             .info(format_args!("--kill-after not given: {kill_after} ({why})"));
     }
-    Ok(Step::Go((session, policy)))
+    Ok(policy)
 }
 
-/// Takes the locks one by one in acquisition order. On success `owned`
-/// holds exactly the held nodes, in that order.
+/// Takes the locks one by one in acquisition order. On success `held`
+/// holds the held nodes, in that order.
 async fn take_in_order(
     plan: &Plan<'_>,
-    client: &Client,
+    session: &Session,
     data: &[u8],
     mut first: Option<Creating>,
-    owned: &mut Vec<Node>,
+    held: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
     observer: &mut WaitReport<'_>,
 ) -> Result<Acquired> {
@@ -230,7 +265,8 @@ async fn take_in_order(
     for dir in &plan.order {
         observer.current = Some((*dir).to_owned());
         let request = Request {
-            client,
+            client: session.client(),
+            owned: session.owned(),
             dir,
             kind: plan.kind,
             data,
@@ -241,9 +277,12 @@ async fn take_in_order(
             acls: &plan.acls,
             first: Cell::new(first.take()),
         };
-        last = crate::lock::acquire(&request, owned, observer).await?;
+        last = crate::lock::acquire(&request, observer).await?;
         match &mut last {
-            Acquired::Held(_, watch) => watches.push(watch.take()),
+            Acquired::Held(node, watch) => {
+                held.push(node.clone());
+                watches.push(watch.take());
+            }
             _ => return Ok(last),
         }
     }

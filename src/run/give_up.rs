@@ -9,8 +9,7 @@ use tokio::time::Instant;
 use super::plan::Plan;
 use super::wait::WaitReport;
 use crate::exit::Exit;
-use crate::lock::queue::{self, Node};
-use crate::session::Session;
+use crate::session::{Closed, Session};
 use crate::values::human_duration;
 
 /// How long cleaning up may take once the deadline has passed: the nodes
@@ -35,72 +34,85 @@ pub async fn deadline_after_first_look(
     }
 }
 
-/// Ends a run that did not get the lock: deletes our nodes and ends the
-/// session within a bound, and says why the command does not run.
+/// Why a run gives up on the lock, known before its session ends (our
+/// nodes deleted); said once it has (see [`GiveUp::say`]).
+pub struct GiveUp {
+    /// Of several paths, the one we stopped at.
+    held_path: String,
+    unreachable_since: Option<Instant>,
+    /// When the server last heard from the session.
+    heard: Instant,
+    /// Who holds the lock, if asked and answered in time.
+    holder: Option<String>,
+}
+
+/// Gives up on the lock: asks who holds it, if ZooKeeper is reachable, and
+/// bounds that and the session's end (which deletes our nodes) together.
 pub async fn give_up(
     plan: &Plan<'_>,
-    session: Session,
-    owned: &[Node],
+    session: &Session,
     observer: &WaitReport<'_>,
     unreachable_since: Option<Instant>,
-) -> Exit {
-    let report = &plan.report;
-    // Of several paths, the one we stopped at.
-    let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
-    let timeout = session.timeout();
-    let unreachable = |since: Instant, deleted: bool| {
-        let fate = match deleted {
-            true => String::new(),
-            false => format!(
-                " (our queue node goes when the session expires, within {})",
-                human_duration(timeout)
-            ),
-        };
-        report.note(format_args!(
-            "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-            human_duration(since.elapsed()),
-        ));
+) -> GiveUp {
+    let cleaned_by = Instant::now() + CLEANUP_AFTER_DEADLINE;
+    session.end_by(cleaned_by);
+    // An idle waiter's connection may have died unnoticed since the
+    // server last heard from it: no answer to the cleanup says so.
+    let heard = session.client().heard();
+    // Nobody to ask who holds the lock when unreachable.
+    let holder = match unreachable_since {
+        Some(_) => None,
+        None => {
+            let asking = observer.holder_description(session);
+            tokio::time::timeout_at(cleaned_by, asking).await.ok()
+        }
     };
-    if let Some(since) = unreachable_since {
-        // Nobody to ask who holds the lock: say what happened instead.
-        let nodes = queue::paths(owned);
-        let deleted = tokio::time::timeout(CLEANUP_AFTER_DEADLINE, session.close(&nodes))
-            .await
-            .unwrap_or(false);
-        unreachable(since, deleted);
-    } else {
+    GiveUp {
+        held_path: (observer.current.clone()).unwrap_or_else(|| plan.order.join(" ")),
+        unreachable_since,
+        heard,
+        holder,
+    }
+}
+
+impl GiveUp {
+    /// Says why the command does not run, now that the session `closed`.
+    pub fn say(self, plan: &Plan<'_>, closed: &Closed) -> Exit {
+        let report = &plan.report;
+        let held_path = &self.held_path;
+        let unreachable = |since: Instant, deleted: bool| {
+            let fate = match deleted {
+                true => String::new(),
+                false => format!(
+                    " (our queue node goes when the session expires, within {})",
+                    human_duration(closed.timeout)
+                ),
+            };
+            report.note(format_args!(
+                "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
+                human_duration(since.elapsed()),
+            ));
+        };
         let why = match plan.wait {
             true => "timed out waiting for",
             false => "not waiting for",
         };
-        // An idle waiter's connection may have died unnoticed since the
-        // server last heard from it: no answer to the cleanup says so.
-        let heard = session.client().heard();
-        let cleanup = async {
-            let holder = observer.holder_description(&session).await;
-            session.close(&queue::paths(owned)).await;
-            holder
-        };
-        match tokio::time::timeout(CLEANUP_AFTER_DEADLINE, cleanup).await {
-            Ok(holder) => report.note(format_args!("{why} {held_path}{holder}")),
-            Err(_) if plan.wait => unreachable(heard, false),
-            Err(_) => report.note(format_args!("{why} {held_path}")),
+        match (self.unreachable_since, self.holder) {
+            // Nobody was asked who holds the lock: say what happened instead.
+            (Some(since), _) => unreachable(since, closed.confirmed),
+            (None, Some(holder)) if closed.in_time => {
+                report.note(format_args!("{why} {held_path}{holder}"))
+            }
+            (None, _) if plan.wait => unreachable(self.heard, false),
+            (None, _) => report.note(format_args!("{why} {held_path}")),
         }
+        plan.conflict
     }
-    plan.conflict
 }
 
-/// Ends a run that did not join a queue already `waiting` deep
-/// (`--max-waiting`): deletes our nodes, ends the session, says why.
-pub async fn queue_full(
-    plan: &Plan<'_>,
-    session: Session,
-    owned: &[Node],
-    observer: &WaitReport<'_>,
-    waiting: usize,
-) -> Exit {
-    let held_path = (observer.current.clone()).unwrap_or_else(|| plan.order.join(" "));
-    session.close(&queue::paths(owned)).await;
+/// Says why a run did not join a queue already `waiting` deep for
+/// `held_path` (`--max-waiting`), once its session ended.
+pub fn queue_full(plan: &Plan<'_>, held_path: &str, waiting: usize) -> Exit {
     let runs = match waiting {
         1 => "1 run is",
         _ => &format!("{waiting} runs are"),

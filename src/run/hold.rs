@@ -20,7 +20,7 @@ use crate::command::signals::Signals;
 use crate::exit::Exit;
 use crate::lock::lease::{self, LeasePolicy, LossReason};
 use crate::lock::queue::{Node, NodeWatch};
-use crate::session::{Release, Session};
+use crate::session::Session;
 use crate::values::{Precision, rfc3339};
 
 /// How long the command runs before zklock records the acquisition in its
@@ -36,17 +36,16 @@ pub(crate) struct HeldLock {
     pub(crate) owner: i64,
     /// The lease rule for the session the lock is held in.
     pub(crate) policy: LeasePolicy,
-    /// Whether `nodes` are ours to delete once the command is done (not
-    /// when a nested run re-entered an enclosing run's lock).
+    /// Whether `nodes` are ours (not when a nested run re-entered an
+    /// enclosing run's lock): then the acquisition is recorded in them.
     pub(crate) ours: bool,
     /// The `--once-per` run to record before releasing the lock.
     pub(crate) record: Option<once::Pending>,
 }
 
 /// Spawns the command and supervises it while `lock` holds; then sends the
-/// deletes of the lock's nodes if they are ours, for the caller to close the
-/// session right behind them (`Session::close_after`). On an error before the
-/// command ran, nothing is deleted: the caller cleans up.
+/// deletes of our nodes and closeSession right behind them
+/// (`Session::release`), for the session's scope to await.
 pub(super) async fn run_command(
     plan: &Plan<'_>,
     out: &Outputs,
@@ -55,7 +54,7 @@ pub(super) async fn run_command(
     mut lock: HeldLock,
     env: &[(&'static str, String)],
     prepared: Prepared,
-) -> Result<(Exit, Release)> {
+) -> Result<Exit> {
     let policy = lock.policy;
     // Taken right after the lock was confirmed held.
     let (deadline, handed) = lease::deadline(session.client(), policy);
@@ -82,13 +81,9 @@ pub(super) async fn run_command(
     }
     // The lease's watches are forgotten locally: nothing goes ahead of the
     // deletes (see `Session::release`).
-    let nodes: Vec<&str> = match lock.ours {
-        true => lock.nodes.iter().map(String::as_str).collect(),
-        false => Vec::new(),
-    };
-    let release = session.release(&nodes);
+    session.release();
     keeper.end_with_zklock();
-    Ok((exit, release))
+    Ok(exit)
 }
 
 /// Records the acquisition in our nodes (`acquired`, the node data) and

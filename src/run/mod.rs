@@ -29,8 +29,9 @@ use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
-use crate::lock::queue::{self, Node};
+use crate::lock::queue::Node;
 use crate::report::Report;
+use crate::session::Session;
 use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
@@ -154,55 +155,45 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
     out.connecting(&plan.order);
-    let Taken {
-        session,
-        held,
-        watches,
-        policy,
-    } = match take_locks(&plan, out, &mut signals).await? {
-        Step::Go(taken) => taken,
+    // Go: the command ran, with this exit; End: it was skipped.
+    let command = async |session: &Session, signals: &mut Signals, taken: Taken| {
+        let held = &taken.held;
+        let owner = taken.owner;
+        for node in held {
+            plan.report.info(format_args!(
+                "acquired {} (fencing token {}) after {}",
+                node.path,
+                node.czxid,
+                human_duration(started.elapsed())
+            ));
+        }
+        let env = command_environment(&plan.paths, &plan.order, held, owner, &plan.connect);
+        facts.acquired(first_token(&plan.paths, &plan.order, held));
+        let record = match once::check(&plan, session.client(), held, facts).await? {
+            Step::Go(record) => record,
+            Step::End(skipped) => return Ok(Step::End(skipped)),
+        };
+        facts.ran();
+        let lock = HeldLock {
+            nodes: held.iter().map(|node| node.path.clone()).collect(),
+            watches: taken.watches,
+            owner,
+            policy: taken.policy,
+            ours: true,
+            record,
+        };
+        let exit = run_command(&plan, out, signals, session, lock, &env, prepared).await?;
+        anyhow::Ok(Step::Go(exit))
+    };
+    let (ran, closed) = match take_locks(&plan, out, &mut signals, command).await? {
+        Step::Go(done) => done,
         Step::End(exit) => return Ok(exit),
     };
-    for node in &held {
-        plan.report.info(format_args!(
-            "acquired {} (fencing token {}) after {}",
-            node.path,
-            node.czxid,
-            human_duration(started.elapsed())
-        ));
-    }
-    let env = command_environment(&plan.paths, &plan.order, &held, session.id(), &plan.connect);
-    facts.acquired(first_token(&plan.paths, &plan.order, &held));
-    let record = match once::check(&plan, session.client(), &held, facts).await {
-        Ok(Step::Go(record)) => record,
-        Ok(Step::End(skipped)) => {
-            session.close(&queue::paths(&held)).await;
-            return Ok(skipped);
-        }
-        Err(err) => {
-            session.close(&queue::paths(&held)).await;
-            return Err(err);
-        }
+    let exit = match ran? {
+        Step::Go(exit) => exit,
+        Step::End(skipped) => return Ok(skipped),
     };
-    facts.ran();
-    let lock = HeldLock {
-        nodes: held.iter().map(|node| node.path.clone()).collect(),
-        watches,
-        owner: session.id(),
-        policy,
-        ours: true,
-        record,
-    };
-    let exit = run_command(&plan, out, &mut signals, &session, lock, &env, prepared).await;
-    let timeout = session.timeout();
-    let (exit, release) = match exit {
-        Ok(done) => done,
-        Err(err) => {
-            let _ = session.close(&queue::paths(&held)).await;
-            return Err(err);
-        }
-    };
-    if session.close_after(release).await {
+    if closed.confirmed {
         plan.report
             .info(format_args!("released {}", plan.order.join(" ")));
     } else {
@@ -210,7 +201,7 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
             "could not reach ZooKeeper to confirm the release of {}: it is released \
              when the session expires, within {} at the latest",
             plan.order.join(" "),
-            human_duration(timeout)
+            human_duration(closed.timeout)
         ));
     }
     Ok(exit)

@@ -8,10 +8,12 @@ mod diagnose;
 #[cfg(feature = "kerberos")]
 pub mod kerberos_check;
 pub mod options;
+mod owner;
 pub mod secret;
 pub mod settings;
 pub mod tls;
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::time::Duration;
 
@@ -25,12 +27,9 @@ use crate::exit::{Exit, Failure};
 use crate::session::diagnose::{credential_problem, diagnose, unresolvable};
 pub use crate::session::diagnose::{host_name, servers};
 pub use crate::session::options::Options;
+pub use crate::session::owner::{Closed, Node, Opened, OwnedNodes};
 pub use crate::session::settings::Settings;
 use crate::values::human_duration;
-
-/// How long to wait for the server to confirm the end of the session (which
-/// deletes our ephemerals, so the next waiter starts at once).
-const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// About a fifth of the session timeout, so that several servers can be
 /// tried before the session can expire: how long one member may take to
@@ -143,27 +142,28 @@ pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         .block_on(future)
 }
 
+/// whoAmI's answer: (scheme, identity) pairs.
+type Identities = Vec<(String, String)>;
+
 /// A live session. It owns the only [`Client`] handle kept beyond a call,
-/// so that a session nobody closed ends when it is dropped (the client
-/// sends closeSession once every handle is gone).
+/// so that a session dropped unclosed still ends (the client sends
+/// closeSession once every handle is gone); it is reached only in its
+/// scope, which closes it, deleting our nodes first ([`Opened::scope`]).
 pub struct Session {
     client: Client,
     /// whoAmI's answer, asked in the first burst when `--acl` was given.
-    who_am_i: Option<Pending<Vec<(String, String)>>>,
-}
-
-/// Deletes of our nodes already sent, their answers still to come: the
-/// first half of [`Session::close_after`].
-pub struct Release {
-    nodes: Vec<String>,
-    deleted: Vec<Pending<()>>,
-    closed: Option<Pending<()>>,
+    who_am_i: Cell<Option<Pending<Identities>>>,
+    owned: OwnedNodes,
+    /// The deletes and closeSession, once sent (see [`Session::release`]).
+    released: RefCell<Option<owner::Release>>,
+    /// When the session's end must be over (see [`Session::end_by`]).
+    end_by: Cell<Option<Instant>>,
 }
 
 impl Session {
     /// Connects within `--connect-timeout`, with nothing but the checks of
     /// the first burst (see [`Session::open`]).
-    pub async fn connect(settings: &Settings) -> Result<Session> {
+    pub async fn connect(settings: &Settings) -> Result<Opened> {
         Session::open(settings, Burst::default()).await
     }
 
@@ -173,7 +173,8 @@ impl Session {
     /// error) and whoAmI when `--acl` was given (see [`Session::check_acl`]):
     /// one round trip for all of them (docs/design.md, "Round trips").
     /// Returns once the chroot is known to exist; the burst's answers come.
-    pub async fn open(settings: &Settings, burst: Burst) -> Result<Session> {
+    /// The session is used only in its scope ([`Opened::scope`]).
+    pub async fn open(settings: &Settings, burst: Burst) -> Result<Opened> {
         let mut first = Burst::default();
         let chroot = (settings.hosts.chroot()).map(|_| first.exists("/", false));
         let who_am_i = settings.acl.explicit.then(|| first.who_am_i());
@@ -217,7 +218,13 @@ impl Session {
                 Err(err) => return Err(err).context("checking that the chroot exists"),
             }
         }
-        Ok(Session { client, who_am_i })
+        Ok(Opened(Session {
+            client,
+            who_am_i: Cell::new(who_am_i),
+            owned: OwnedNodes::default(),
+            released: RefCell::default(),
+            end_by: Cell::default(),
+        }))
     }
 
     pub fn client(&self) -> &Client {
@@ -234,7 +241,7 @@ impl Session {
     /// exactly as the server compares it. A digest identity is reported by
     /// its user alone, but compared as `user:hash`: ours is computed as the
     /// server does. Servers without whoAmI skip the check.
-    pub async fn check_acl(&mut self, settings: &Settings) -> Result<()> {
+    pub async fn check_acl(&self, settings: &Settings) -> Result<()> {
         let Some(asked) = self.who_am_i.take() else {
             return Ok(());
         };
@@ -265,7 +272,7 @@ impl Session {
 
     /// Since when the connection to the ensemble has been down, if it is:
     /// resolves never; keeps `since` current while polled.
-    pub async fn track_connection(&self, since: &std::cell::Cell<Option<Instant>>) {
+    pub async fn track_connection(&self, since: &Cell<Option<Instant>>) {
         let mut link = self.client.link();
         loop {
             let state = link.borrow_and_update().state;
@@ -283,89 +290,6 @@ impl Session {
     /// The session timeout the ensemble granted (not necessarily the one asked for).
     pub fn timeout(&self) -> Duration {
         self.client.link().borrow().session_timeout
-    }
-
-    /// Sends the deletes of `nodes` (last first) and closeSession right
-    /// behind them, in one write, without waiting for the answers:
-    /// [`Session::close_after`] awaits them. Nothing goes ahead of them: a
-    /// lease's watches are dropped locally, without a request.
-    pub fn release(&self, nodes: &[&str]) -> Release {
-        let nodes: Vec<String> = nodes.iter().rev().map(|node| (*node).to_owned()).collect();
-        let mut burst = Burst::default();
-        let deleted = nodes.iter().map(|node| burst.delete(node, -1)).collect();
-        let closed = Some(burst.close());
-        self.client.send(burst);
-        Release {
-            nodes,
-            deleted,
-            closed,
-        }
-    }
-
-    /// Deletes `nodes` and ends the session (see [`Session::close_after`]).
-    pub async fn close(self, nodes: &[&str]) -> bool {
-        let release = self.release(nodes);
-        self.close_after(release).await
-    }
-
-    /// Waits, bounded, for the answers to the release's deletes and its
-    /// closeSession; a delete whose answer was lost with the connection is
-    /// made again on the session's next connection, with closeSession
-    /// behind it (docs/design.md, "Round trips"). True when the server
-    /// confirmed our nodes gone: deleted, or the session expired.
-    pub async fn close_after(self, release: Release) -> bool {
-        let Session { client, .. } = self;
-        let bound = connection_timeout_for(client.link().borrow().session_timeout).max(CLOSE_WAIT);
-        let confirming = async {
-            let Release {
-                mut nodes,
-                mut deleted,
-                mut closed,
-            } = release;
-            let mut losses = Losses::default();
-            let mut made = Instant::now();
-            loop {
-                let mut lost = Vec::new();
-                for (node, answer) in nodes.into_iter().zip(deleted) {
-                    match answer.await {
-                        Ok(()) | Err(Error::NoNode) => {}
-                        Err(Error::SessionExpired) => return true,
-                        Err(err) if is_connection_loss(&err) => lost.push(node),
-                        Err(_) => return false,
-                    }
-                }
-                let close = closed.take();
-                let close_lost = match close {
-                    Some(close) => matches!(close.await, Err(Error::ConnectionLoss)),
-                    None => false,
-                };
-                if lost.is_empty() {
-                    if close_lost {
-                        // Our nodes are gone: end the session on its next
-                        // connection, without waiting for it.
-                        client.call(|b| b.close());
-                    }
-                    return true;
-                }
-                if losses.lost(made).is_err() {
-                    return false;
-                }
-                let mut burst = Burst::default();
-                deleted = lost.iter().map(|node| burst.delete(node, -1)).collect();
-                closed = Some(burst.close());
-                client.send(burst);
-                made = Instant::now();
-                nodes = lost;
-            }
-        };
-        let confirmed = tokio::time::timeout(bound, confirming)
-            .await
-            .unwrap_or(false);
-        // The session's end (Closed on closeSession's answer), bounded.
-        let mut link = client.link();
-        let ended = link.wait_for(|link| link.state.is_over());
-        let _ = tokio::time::timeout(CLOSE_WAIT, ended).await;
-        confirmed
     }
 }
 

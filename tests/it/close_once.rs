@@ -3,11 +3,17 @@
 //! exited. Ways out covered elsewhere: an error after acquisition
 //! (`run_basics::command_not_found_is_127`, `command_not_executable_is_126`),
 //! superseded (`supersede::the_newest_waiter_replaces_the_older_ones_and_the_holder_stays`),
-//! a nested run (`reentrant::*`).
+//! a nested run (`reentrant::*`), a signal while waiting
+//! (`signals::signal_while_waiting_leaves_no_node_and_exits_128_plus_n`).
 
 use std::time::Duration;
 
-use crate::harness::{Scene, ephemerals, run_bounded};
+use zklock::zk::burst::Burst;
+use zklock::zk::ops::CreateMode;
+use zklock::zk::records::perms;
+
+use crate::harness::{Scene, acl, ephemerals, run_bounded};
+use crate::hold::Place;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -50,4 +56,57 @@ fn once_per_skip_leaves_no_lock_node() {
     skipped.assert_code(75);
     // The record of the last run stays on purpose; no lock node does.
     s.assert_no_lock_nodes();
+}
+
+/// `--once-per` cannot stamp its run record (its ACL lets nobody write):
+/// zklock fails after taking the lock, the command does not run, and no
+/// lock node is left.
+#[test]
+fn once_per_check_failing_leaves_no_lock_node() {
+    let s = Scene::new("close-once-per-denied");
+    s.zk().create_all(&s.path);
+    let record = format!("{}/zklock.record", s.path);
+    let read_only = [acl(perms::READ, "world", "anyone")];
+    let create = |b: &mut Burst| b.create(&record, b"", &read_only, CreateMode::Persistent);
+    s.zk()
+        .run(s.zk().client().call(create))
+        .expect("creating a read-only run record");
+    let ran = s.log.path().with_extension("ran");
+    let touch = format!("touch {}", ran.display());
+    let out = run_bounded(
+        s.run().args(["--once-per", "1h", "--", "sh", "-c", &touch]),
+        LONG,
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("zklock.record"), "{}", out.stderr);
+    assert!(!ran.exists(), "the command ran");
+    s.assert_no_lock_nodes();
+    assert!(s.zk().delete(&record));
+}
+
+/// A `--kill-after` the granted session leaves no room for is refused (64)
+/// once connected, after our first node's create went out with the
+/// handshake: that node is not left behind.
+#[test]
+fn kill_after_refused_once_connected_leaves_no_node() {
+    let s = Scene::new("close-kill-after");
+    let out = run_bounded(s.run().args(["--kill-after", "1h", "--", "true"]), LONG);
+    out.assert_code(64);
+    assert!(out.stderr.contains("session"), "{}", out.stderr);
+    s.assert_no_lock_nodes();
+}
+
+/// `zklock hold --once-per` skipped (a run within the window): the holder
+/// exits 75 before handing anything over, and leaves no lock node.
+#[test]
+fn hold_once_per_skip_leaves_no_lock_node() {
+    let place = Place::new("close-hold-once-per");
+    let mut first = place.scene.run();
+    first.args(["--once-per", "1h", "--", "true"]);
+    run_bounded(&mut first, LONG).assert_code(0);
+    let out = place.run(r#""$ZKLOCK" hold -z "$ZK" --once-per 1h "$P""#);
+    out.assert_code(75);
+    assert!(out.stderr.contains("not running"), "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    place.assert_no_lock_nodes();
 }

@@ -12,79 +12,80 @@ use zklock::zk::burst::Burst;
 
 use self::claims::{Claim, Decision, Held, Inherited, Observed};
 use super::Outputs;
-use super::acquire::connect;
+use super::acquire::{Taken, connect, settle};
 use super::hold::{HeldLock, command_environment, run_command};
 use super::plan::Plan;
 use crate::command::child::Child;
 use crate::command::signals::Signals;
 use crate::exit::{Failure, Step};
-use crate::lock::lease::LeasePolicy;
 use crate::lock::queue::Node;
 use crate::lock::recipe;
-use crate::session::{Session, retrying};
+use crate::session::{Closed, Session, retrying};
 
 /// Runs the command under the enclosing run's locks if it holds them all
 /// (and ends with its exit), refuses if that cannot work, or goes on to the
 /// usual path. Connects only when the environment claims a requested path.
 pub async fn reenter(plan: &Plan<'_>, out: &Outputs, signals: &mut Signals) -> Result<Step<()>> {
-    let Entered {
-        session,
-        policy,
-        owner,
-        held,
-    } = match enter(plan, signals).await? {
-        Step::Go(Some(entered)) => entered,
-        Step::Go(None) => return Ok(Step::Go(())),
-        Step::End(exit) => return Ok(Step::End(exit)),
+    let command = async |session: &Session, signals: &mut Signals, taken: Taken| {
+        let Taken {
+            held,
+            policy,
+            owner,
+            ..
+        } = taken;
+        // The same values the enclosing run gave, so a run nested deeper
+        // re-enters too.
+        let env = command_environment(&plan.paths, &plan.paths, &held, owner, &plan.connect);
+        let lock = HeldLock {
+            nodes: held.into_iter().map(|node| node.path).collect(),
+            watches: Vec::new(),
+            owner,
+            policy,
+            ours: false,
+            record: None,
+        };
+        let prepared = Child::prepare(&plan.argv)?;
+        run_command(plan, out, signals, session, lock, &env, prepared).await
     };
-    // The same values the enclosing run gave, so a run nested deeper
-    // re-enters too.
-    let env = command_environment(&plan.paths, &plan.paths, &held, owner, &plan.connect);
-    let lock = HeldLock {
-        nodes: held.into_iter().map(|node| node.path).collect(),
-        watches: Vec::new(),
-        owner,
-        policy,
-        ours: false,
-        record: None,
-    };
-    let prepared = Child::prepare(&plan.argv)?;
-    match run_command(plan, out, signals, &session, lock, &env, prepared).await {
-        Ok((exit, release)) => {
-            session.close_after(release).await;
-            Ok(Step::End(exit))
-        }
-        Err(err) => {
-            session.close(&[]).await;
-            Err(err)
-        }
+    match enter(plan, signals, command).await? {
+        Reentry::Not(_) => Ok(Step::Go(())),
+        Reentry::Done(Step::End(exit)) => Ok(Step::End(exit)),
+        Reentry::Done(Step::Go((ran, _closed))) => ran.map(Step::End),
     }
 }
 
-/// The enclosing run's (or hold's) locks, confirmed held, and a session of
-/// our own that watches them.
-pub(crate) struct Entered {
-    pub(crate) session: Session,
-    pub(crate) policy: LeasePolicy,
-    /// The enclosing session, which owns `held`.
-    pub(crate) owner: i64,
-    /// Its nodes, in the order the paths were given.
-    pub(crate) held: Vec<Node>,
+/// Whether the enclosing locks were entered (see [`enter`]).
+pub(crate) enum Reentry<F, T> {
+    /// Not under them: `then`, given back, for the usual path.
+    Not(F),
+    /// `then`'s value under them and how the session ended, or how zklock
+    /// ends instead.
+    Done(Step<(T, Closed)>),
 }
 
-/// The enclosing locks when the environment claims a requested path and
-/// ZooKeeper confirms every one (None: go on to the usual path), or a
-/// refusal. Connects only when the environment claims a requested path.
-pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step<Option<Entered>>> {
+/// Runs `then` under the enclosing run's (or hold's) locks when the
+/// environment claims a requested path and ZooKeeper confirms every one,
+/// in a session of our own that watches them and creates nothing; or
+/// refuses; or gives `then` back for the usual path. Connects only when
+/// the environment claims a requested path.
+pub(crate) async fn enter<F, T>(
+    plan: &Plan<'_>,
+    signals: &mut Signals,
+    then: F,
+) -> Result<Reentry<F, T>>
+where
+    F: AsyncFnOnce(&Session, &mut Signals, Taken) -> T,
+{
     let claims = claims::claims(&Inherited::from_env(), &plan.paths);
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
-        return Ok(Step::Go(None));
+        return Ok(Reentry::Not(then));
     };
-    let (session, policy) = match connect(plan, signals, Burst::default()).await? {
-        Step::Go(connected) => connected,
-        Step::End(exit) => return Ok(Step::End(exit)),
+    let session = match connect(plan, signals, Burst::default()).await? {
+        Step::Go(session) => session,
+        Step::End(exit) => return Ok(Reentry::Done(Step::End(exit))),
     };
-    let decided = async {
+    let entering = async |session: &Session| -> Result<Result<T, F>> {
+        let policy = settle(plan, session).await?;
         let mut verdicts = Vec::new();
         for claim in &claims {
             verdicts.push(match claim {
@@ -95,38 +96,39 @@ pub(crate) async fn enter(plan: &Plan<'_>, signals: &mut Signals) -> Result<Step
                 None => None,
             });
         }
-        match claims::decide(&plan.paths, plan.kind, &verdicts) {
-            Decision::Normal => Ok(None),
-            Decision::Refuse(message) => Err(Failure::usage(message)),
-            Decision::Reenter(_) if plan.once_per.is_some() => Err(Failure::usage(
-                "--once-per cannot run under the enclosing zklock run's lock",
-            )),
-            Decision::Reenter(held) => Ok(Some(held)),
+        let held = match claims::decide(&plan.paths, plan.kind, &verdicts) {
+            Decision::Normal => return Ok(Err(then)),
+            Decision::Refuse(message) => return Err(Failure::usage(message)),
+            Decision::Reenter(_) if plan.once_per.is_some() => {
+                return Err(Failure::usage(
+                    "--once-per cannot run under the enclosing zklock run's lock",
+                ));
+            }
+            Decision::Reenter(held) => held,
+        };
+        let held: Vec<Node> = held
+            .into_iter()
+            .map(|(path, czxid)| Node { path, czxid })
+            .collect();
+        for (path, node) in plan.paths.iter().zip(&held) {
+            plan.report.info(format_args!(
+                "{path} is held by the enclosing zklock run ({}, fencing token {}): running under it",
+                node.path, node.czxid
+            ));
         }
+        let taken = Taken {
+            held,
+            watches: Vec::new(),
+            policy,
+            owner,
+        };
+        Ok(Ok(then(session, signals, taken).await))
     };
-    let held = match decided.await {
-        Ok(Some(held)) => held,
-        other => {
-            session.close(&[]).await;
-            return other.map(|_| Step::Go(None));
-        }
-    };
-    let held: Vec<Node> = held
-        .into_iter()
-        .map(|(path, czxid)| Node { path, czxid })
-        .collect();
-    for (path, node) in plan.paths.iter().zip(&held) {
-        plan.report.info(format_args!(
-            "{path} is held by the enclosing zklock run ({}, fencing token {}): running under it",
-            node.path, node.czxid
-        ));
-    }
-    Ok(Step::Go(Some(Entered {
-        session,
-        policy,
-        owner,
-        held,
-    })))
+    let (entered, closed) = session.scope(entering).await;
+    Ok(match entered? {
+        Ok(value) => Reentry::Done(Step::Go((value, closed))),
+        Err(then) => Reentry::Not(then),
+    })
 }
 
 /// Reads what decides a claim, after a sync: a new session may be served
