@@ -31,6 +31,11 @@
 //! flight at once: the children of every node, then data and stat of every
 //! lock node.
 //!
+//! With `BENCH_FLOOR_TLS=CA:CERT:KEY` in the environment (PEM files),
+//! every connection is mutual TLS with that CA and client identity, as
+//! `zklock --tls-ca CA --tls-cert CERT --tls-key KEY` connects (the wan
+//! scenario's TLS row).
+//!
 //! `bench-floor HOSTS PARENT CMD [ARGS...]` (scenario 2, hand-off): the
 //! bare lock recipe. Create the node and list (in the connect's burst);
 //! until no node precedes ours, watch the nearest preceding one (a data
@@ -93,11 +98,32 @@ async fn connect(hosts: &str, burst: Burst) -> Result<Client> {
         session_timeout: Duration::from_secs(10),
         connect_timeout: Duration::from_secs(30),
         attempt_timeout: Duration::from_secs(10),
-        tls: None,
+        tls: tls_from_env()?,
         auth: Vec::new(),
         sasl: None,
     };
     Ok(Client::connect(config, burst).await?)
+}
+
+/// The client configuration `BENCH_FLOOR_TLS=CA:CERT:KEY` asks for, if set.
+fn tls_from_env() -> Result<Option<std::sync::Arc<rustls::ClientConfig>>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let Ok(files) = std::env::var("BENCH_FLOOR_TLS") else {
+        return Ok(None);
+    };
+    let [ca, cert, key] = files.split(':').collect::<Vec<_>>()[..] else {
+        return Err("BENCH_FLOOR_TLS is CA:CERT:KEY".into());
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for der in CertificateDer::pem_file_iter(ca)? {
+        roots.add(der?)?;
+    }
+    let chain = CertificateDer::pem_file_iter(cert)?.collect::<std::result::Result<_, _>>()?;
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key)?)?;
+    Ok(Some(std::sync::Arc::new(config)))
 }
 
 /// Every level of `path`, from the root down, `path` included.
