@@ -68,6 +68,9 @@ impl Alarm {
             let mut expirations = [0u8; 8];
             match rustix::io::read(self.fd.get_ref(), &mut expirations) {
                 Ok(_) => {
+                    // The read drained it: wait for the kernel's next edge
+                    // rather than read again to learn so.
+                    ready.clear_ready();
                     self.at = None;
                     return Ok(());
                 }
