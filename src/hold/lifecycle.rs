@@ -34,7 +34,6 @@ pub(super) async fn lifecycle(
     binding: Binding,
     outputs: &Outputs,
 ) -> Result<Exit> {
-    let facts = &outputs.facts;
     let mut signals = Signals::install()?;
     // `until` is known once held: --max-hold counts from then.
     plan.own.hold = Some(HoldBinding {
@@ -65,7 +64,7 @@ pub(super) async fn lifecycle(
             // Under an enclosing run's locks `enter` said so.
             after: ours.then(|| started.elapsed()),
         });
-        let record = match once::check(&plan, session.client(), &held, facts).await? {
+        let record = match once::check(&plan, session.client(), &held, outputs).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Step::End(skipped)),
         };

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::hold::held_status;
-use super::metrics::{Facts, MetricsFile};
+use super::metrics::{Facts, MetricsFile, Skip};
 use super::notify::Notifier;
 use super::ping::Pinger;
 use super::plan::Plan;
@@ -50,6 +50,12 @@ pub(crate) enum Event<'a> {
         held: &'a [Node],
         token: i64,
         after: Option<Duration>,
+    },
+    /// `--once-per`: the command does not run, for `skip`, said as `why`.
+    Skipped {
+        lock: &'a str,
+        skip: Skip,
+        why: std::fmt::Arguments<'a>,
     },
     /// The command (or a hold's holder) runs under the lock, given `env`.
     Started { env: &'a [(&'static str, String)] },
@@ -156,6 +162,10 @@ impl Outputs {
                 }
                 self.facts.acquired(token);
             }
+            Event::Skipped { lock, skip, why } => {
+                self.facts.skipped(skip);
+                report.note(format_args!("not running: {lock} {why}"));
+            }
             Event::Started { env } => {
                 self.facts.ran();
                 self.notify.ready(|| held_status(env));
@@ -215,10 +225,12 @@ impl Outputs {
 }
 
 /// What each sink makes of an event, where it shows without a server. The
-/// report's lines (stderr), the pings (HTTP) and the metrics file are held
-/// by tests/it: `messages.rs` and `run_basics.rs` the `-v`/`-q` lines,
-/// `ping.rs` a real HTTP server, `metrics` tests the file, `systemd.rs`
-/// sd_notify with a real socket.
+/// rest is held by tests/it against real servers: the `-v`/`-q` lines by
+/// `visible_wait.rs` (acquired, released), `messages.rs` (an unconfirmed
+/// release), `exclusion.rs` and `supersede_stale.rs` (queueing again,
+/// superseded), `cron.rs` (skipped, `--max-runtime`, the metrics file);
+/// the pings by `ping.rs` (a real HTTP server); sd_notify by `systemd.rs`
+/// (a real socket); a hold's metrics file by `hold_outputs.rs`.
 #[cfg(test)]
 mod tests {
     use std::io::ErrorKind;
@@ -260,6 +272,19 @@ mod tests {
         assert!(!out.facts.has_run(), "acquired is not ran");
         out.emit(Event::Started { env: &env() });
         assert!(out.facts.has_run());
+    }
+
+    #[test]
+    fn facts_hear_why_a_run_was_skipped() {
+        let out = outputs(Notifier::to(None));
+        assert_eq!(out.facts.skip(), None);
+        out.emit(Event::Skipped {
+            lock: "/a",
+            skip: Skip::Failed,
+            why: format_args!("last ran and failed"),
+        });
+        assert_eq!(out.facts.skip(), Some(Skip::Failed));
+        assert!(!out.facts.has_run());
     }
 
     #[test]

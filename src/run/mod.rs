@@ -63,7 +63,6 @@ where
 
 async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     let out = &*outputs;
-    let facts = &out.facts;
     let mut signals = Signals::install()?;
     // A typo in the command must not wait for the lock first; checked once
     // the metrics file is, so that it says so too.
@@ -85,7 +84,7 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
             token: first_token(&plan.paths, &plan.order, held),
             after: Some(started.elapsed()),
         });
-        let record = match once::check(&plan, session.client(), held, facts).await? {
+        let record = match once::check(&plan, session.client(), held, out).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Step::End(skipped)),
         };
