@@ -82,7 +82,7 @@ pub(crate) enum Event<'a> {
 /// plan and the environment: no global state.
 pub(crate) struct Outputs {
     /// The `-v`/`-q` lines, printed above the visible wait's status line.
-    pub(crate) report: Report,
+    report: Report,
     /// systemd's sd_notify, when `NOTIFY_SOCKET` names a socket.
     pub(crate) notify: Notifier,
     /// `--ping`'s health-check pings.
