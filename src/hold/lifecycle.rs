@@ -21,7 +21,7 @@ use crate::run::acquire::{Taken, abort_signal, take_locks};
 use crate::run::hold::{HeldLock, command_environment, lease_watch};
 use crate::run::nested::{Reentry, enter};
 use crate::run::plan::Plan;
-use crate::run::{Outputs, first_token, once};
+use crate::run::{Event, Outputs, first_token, once};
 use crate::session::Session;
 use crate::values::{Precision, rfc3339};
 
@@ -34,7 +34,6 @@ pub(super) async fn lifecycle(
     binding: Binding,
     outputs: &Outputs,
 ) -> Result<Exit> {
-    let facts = &outputs.facts;
     let mut signals = Signals::install()?;
     // `until` is known once held: --max-hold counts from then.
     plan.own.hold = Some(HoldBinding {
@@ -43,7 +42,8 @@ pub(super) async fn lifecycle(
         until: None,
     });
     let plan = plan;
-    outputs.connecting(&plan.order);
+    let started = Instant::now();
+    outputs.emit(Event::Connecting { order: &plan.order });
     let hold = async |session: &Session, signals: &mut Signals, taken: Taken| {
         let Taken {
             held,
@@ -58,8 +58,13 @@ pub(super) async fn lifecycle(
             false => &plan.paths,
         };
         let env = command_environment(&plan.paths, order, &held, owner, &plan.connect);
-        facts.acquired(first_token(&plan.paths, order, &held));
-        let record = match once::check(&plan, session.client(), &held, facts).await? {
+        outputs.emit(Event::Acquired {
+            held: &held,
+            token: first_token(&plan.paths, order, &held),
+            // Under an enclosing run's locks `enter` said so.
+            after: ours.then(|| started.elapsed()),
+        });
+        let record = match once::check(&plan, session.client(), &held, outputs).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Step::End(skipped)),
         };
@@ -73,8 +78,7 @@ pub(super) async fn lifecycle(
                 .map(|(name, value)| ((*name).to_owned(), value.clone())),
         );
         hand_over(&vars)?;
-        facts.ran();
-        outputs.started(&env);
+        outputs.emit(Event::Started { env: &env });
         let mut lock = HeldLock {
             nodes: held.iter().map(|node| node.path.clone()).collect(),
             watches,
@@ -132,7 +136,10 @@ pub(super) async fn lifecycle(
         {
             bound.terminate();
         }
-        outputs.notify.stopping();
+        outputs.emit(Event::Ended {
+            exit,
+            max_runtime: None,
+        });
         if let Some(record) = lock.record.take() {
             record.finish(&plan, session.client(), exit).await;
         }
@@ -142,7 +149,7 @@ pub(super) async fn lifecycle(
     // nodes, which are not ours (docs/design.md, "Nested runs"). Every way
     // out, before the hold is handed over or after, ends the session with
     // our nodes deleted (`Opened::scope`).
-    let (held, closed) = match enter(&plan, &mut signals, hold).await? {
+    let (held, closed) = match enter(&plan, outputs, &mut signals, hold).await? {
         Reentry::Done(Step::Go(done)) => done,
         Reentry::Done(Step::End(exit)) => return Ok(exit),
         Reentry::Not(hold) => match take_locks(&plan, outputs, &mut signals, hold).await? {

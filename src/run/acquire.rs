@@ -8,10 +8,10 @@ use anyhow::Result;
 use tokio::time::Instant;
 use zklock::zk::burst::Burst;
 
-use super::Outputs;
 use super::give_up::{GiveUp, deadline_after_first_look, give_up, queue_full};
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
+use super::{Event, Outputs};
 use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::holder::Seen;
@@ -75,7 +75,7 @@ pub(crate) async fn take_locks<T>(
         let data = plan.holder().to_bytes();
         let mut burst = Burst::default();
         let first = first_attempt(plan, &data, &mut burst);
-        let session = match connect(plan, signals, burst).await? {
+        let session = match connect(plan, out, signals, burst).await? {
             Step::Go(session) => session,
             Step::End(exit) => return Ok(Step::End(exit)),
         };
@@ -156,28 +156,24 @@ pub(crate) async fn take_locks<T>(
             Attempt::Superseded(by) => {
                 let path = plan.order.join(" ");
                 let by = superseder(by.as_ref());
-                report.note(format_args!("superseded while waiting for {path} by {by}"));
+                out.emit(Event::Superseded {
+                    path: &path,
+                    by: &by,
+                });
                 return Ok(Step::End(plan.conflict));
             }
             // Our node lost, or an error: queue again, or fail.
             Attempt::Lost(Some(err)) if err.downcast_ref().is_some_and(is_session_lost) => {
-                report.info(format_args!(
-                    "session lost while waiting ({err:#}); queueing again"
-                ));
+                out.emit(Event::Requeueing { why: Some(&err) });
             }
             Attempt::Lost(Some(err)) if err.downcast_ref::<queue::MissingChroot>().is_some() => {
                 return Err(plan.connect.missing_chroot());
             }
             Attempt::Lost(Some(err)) => return Err(err),
-            Attempt::Lost(None) => report.info(format_args!(
-                "our node vanished while waiting; queueing again in a new session"
-            )),
+            Attempt::Lost(None) => out.emit(Event::Requeueing { why: None }),
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            report.note(format_args!(
-                "timed out waiting for {}",
-                plan.order.join(" ")
-            ));
+            out.emit(Event::WaitTimedOut { order: &plan.order });
             return Ok(Step::End(plan.conflict));
         }
     }
@@ -201,6 +197,7 @@ fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Crea
 /// zklock meanwhile. The session is then [`settle`]d in its scope.
 pub(super) async fn connect(
     plan: &Plan<'_>,
+    out: &Outputs,
     signals: &mut Signals,
     burst: Burst,
 ) -> Result<Step<Opened>> {
@@ -208,12 +205,11 @@ pub(super) async fn connect(
         session = Session::open(&plan.connect, burst) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
-    plan.report.info(format_args!(
-        "connected to {} (session {:#x}, timeout {})",
-        plan.connect.hosts.connect_string(),
-        session.id(),
-        human_duration(session.timeout())
-    ));
+    out.emit(Event::Connected {
+        hosts: plan.connect.hosts.connect_string(),
+        session: session.id(),
+        timeout: session.timeout(),
+    });
     Ok(Step::Go(session))
 }
 

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use futures::future::{Either, select};
 
-use super::Outputs;
 use super::once;
 use super::plan::Plan;
+use super::{Event, Outputs};
 use zklock::zk::burst::Burst;
 
 use crate::command::child::{self, Child, Prepared};
@@ -59,7 +59,7 @@ pub(super) async fn run_command(
     // Taken right after the lock was confirmed held.
     let (deadline, handed) = lease::deadline(session.client(), policy);
     let child = Child::spawn(prepared, env, signals)?;
-    out.started(env);
+    out.emit(Event::Started { env });
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
     let watches = std::mem::take(&mut lock.watches);
     let lost = lease_watch(plan, out, session, &lock, watches, &deadline, acquired);
@@ -70,12 +70,10 @@ pub(super) async fn run_command(
         stop_limit: policy.grace(),
     };
     let (exit, keeper) = child::supervise(child, signals, pin!(lost), handed, limits, report).await;
-    out.notify.stopping();
-    if let (Exit::TimedOut, Some(limit)) = (exit, plan.max_runtime) {
-        report.error(format_args!(
-            "the command ran longer than --max-runtime {limit}; terminated"
-        ));
-    }
+    out.emit(Event::Ended {
+        exit,
+        max_runtime: plan.max_runtime,
+    });
     if let Some(record) = lock.record {
         record.finish(plan, session.client(), exit).await;
     }
@@ -144,7 +142,7 @@ pub(crate) async fn lease_watch(
         Either::Left((reason, _)) => reason,
         Either::Right((never, _)) => match never {},
     };
-    out.notify.stopping();
+    out.emit(Event::Lost);
     reason
 }
 

@@ -57,6 +57,12 @@ impl Facts {
         self.acquired.set(Some(now));
     }
 
+    /// The fencing token recorded as acquired, if any.
+    #[cfg(test)]
+    pub fn token(&self) -> Option<i64> {
+        self.acquired.get().map(|(_, _, token)| token)
+    }
+
     pub fn last_success(&self, server_ms: Option<i64>) {
         self.last_success_ms.set(server_ms);
     }

@@ -3,17 +3,17 @@
 //! signals, connect, acquire, spawn, supervise, reap, release, exit.
 
 pub(crate) mod acquire;
+mod events;
 mod give_up;
 pub(crate) mod hold;
 pub(crate) mod metrics;
 pub(crate) mod nested;
-pub(crate) mod notify;
+mod notify;
 pub(crate) mod once;
 pub(crate) mod ping;
 pub(crate) mod plan;
 mod wait;
 
-use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 
@@ -21,18 +21,15 @@ use anyhow::{Context, Result};
 use tokio::time::Instant;
 
 use self::acquire::{Taken, take_locks};
+pub(crate) use self::events::{Event, Outputs};
 use self::hold::{HeldLock, command_environment, run_command};
-use self::notify::Notifier;
-use self::ping::Pinger;
 use self::plan::Plan;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
 use crate::lock::queue::Node;
-use crate::report::Report;
 use crate::session::Session;
-use crate::values::human_duration;
 
 pub fn run(args: RunArgs) -> Result<Exit> {
     let plan = Plan::new(&args)?;
@@ -64,86 +61,8 @@ where
     result
 }
 
-/// Where a run says what happens, chosen once when it starts, from its
-/// plan and the environment, and passed down to where things happen: no
-/// global state.
-pub(crate) struct Outputs {
-    /// The `-v`/`-q` lines, printed above the visible wait's status line.
-    pub(crate) report: Report,
-    /// systemd's sd_notify, when `NOTIFY_SOCKET` names a socket.
-    pub(crate) notify: Notifier,
-    /// `--ping`'s health-check pings.
-    ping: Option<Pinger>,
-    /// What the metrics file and the final ping are made of.
-    pub(crate) facts: Rc<metrics::Facts>,
-    metrics: RefCell<Option<metrics::MetricsFile>>,
-    finished: Cell<bool>,
-}
-
-impl Outputs {
-    /// The outputs `plan` asks for: the metrics file (its directory
-    /// checked now), the pings (the URL checked), sd_notify when
-    /// `NOTIFY_SOCKET` names a socket.
-    pub(crate) fn new(plan: &Plan<'_>) -> Result<Outputs> {
-        let report = plan.report.clone();
-        let metrics = match plan.metrics_file {
-            Some(file) => {
-                let metrics = metrics::MetricsFile::prepare(file, &plan.paths)?;
-                metrics.warn_if_uncollected(&report);
-                Some(metrics)
-            }
-            None => None,
-        };
-        Ok(Outputs {
-            ping: Pinger::new(plan.ping, plan.ping_skipped, &report)?,
-            report,
-            notify: Notifier::from_env(),
-            facts: Rc::new(metrics::Facts::new()),
-            metrics: RefCell::new(metrics),
-            finished: Cell::new(false),
-        })
-    }
-
-    /// Connecting to take the locks, in `order`: systemd's STATUS.
-    pub(crate) fn connecting(&self, order: &[&str]) {
-        self.notify
-            .status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
-    }
-
-    /// The command (or a hold) started under the lock: READY=1 with what
-    /// is held (`env`, the command's), and the start ping on its thread.
-    pub(crate) fn started(&self, env: &[(&'static str, String)]) {
-        self.notify.ready(|| hold::held_status(env));
-        if let Some(ping) = &self.ping {
-            ping.started();
-        }
-    }
-
-    /// Pings and writes the metrics file for `result`, once: a holder whose
-    /// lock is lost reports it then, not when it ends.
-    pub(crate) fn finish(&self, result: &Result<Exit>) {
-        if self.finished.replace(true) {
-            return;
-        }
-        let facts = &self.facts;
-        // After the lock is released: a slow check delays only zklock's exit.
-        let pinged =
-            (self.ping.as_ref()).map(|ping| ping.finish(result, facts.has_run(), facts.skip()));
-        facts.ping_failures(pinged);
-        if let Some(metrics) = self.metrics.borrow_mut().take() {
-            if let Err(err) = metrics.write(result, facts) {
-                self.report.error(format_args!(
-                    "cannot write the metrics file {}: {err}",
-                    metrics.path().display()
-                ));
-            }
-        }
-    }
-}
-
 async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     let out = &*outputs;
-    let facts = &out.facts;
     let mut signals = Signals::install()?;
     // A typo in the command must not wait for the lock first; checked once
     // the metrics file is, so that it says so too.
@@ -154,26 +73,21 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     // Dropped on every way out without the command (which kills its keeper).
     let prepared = Child::prepare(&plan.argv)?;
     let started = Instant::now();
-    out.connecting(&plan.order);
+    out.emit(Event::Connecting { order: &plan.order });
     // Go: the command ran, with this exit; End: it was skipped.
     let command = async |session: &Session, signals: &mut Signals, taken: Taken| {
         let held = &taken.held;
         let owner = taken.owner;
-        for node in held {
-            plan.report.info(format_args!(
-                "acquired {} (fencing token {}) after {}",
-                node.path,
-                node.czxid,
-                human_duration(started.elapsed())
-            ));
-        }
         let env = command_environment(&plan.paths, &plan.order, held, owner, &plan.connect);
-        facts.acquired(first_token(&plan.paths, &plan.order, held));
-        let record = match once::check(&plan, session.client(), held, facts).await? {
+        out.emit(Event::Acquired {
+            held,
+            token: first_token(&plan.paths, &plan.order, held),
+            after: Some(started.elapsed()),
+        });
+        let record = match once::check(&plan, session.client(), held, out).await? {
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Step::End(skipped)),
         };
-        facts.ran();
         let lock = HeldLock {
             nodes: held.iter().map(|node| node.path.clone()).collect(),
             watches: taken.watches,
@@ -193,17 +107,11 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
         Step::Go(exit) => exit,
         Step::End(skipped) => return Ok(skipped),
     };
-    if closed.confirmed {
-        plan.report
-            .info(format_args!("released {}", plan.order.join(" ")));
-    } else {
-        plan.report.info(format_args!(
-            "could not reach ZooKeeper to confirm the release of {}: it is released \
-             when the session expires, within {} at the latest",
-            plan.order.join(" "),
-            human_duration(closed.timeout)
-        ));
-    }
+    out.emit(Event::Released {
+        order: &plan.order,
+        confirmed: closed.confirmed,
+        timeout: closed.timeout,
+    });
     Ok(exit)
 }
 

@@ -32,6 +32,15 @@ impl Notifier {
         }
     }
 
+    /// A notifier that sends to the socket at `path`, if any.
+    #[cfg(test)]
+    pub fn to(path: Option<&std::path::Path>) -> Notifier {
+        Notifier {
+            socket: path.map(|path| SocketAddr::from_pathname(path).expect("a socket path")),
+            stopping: Cell::new(false),
+        }
+    }
+
     /// Whether a service manager listens.
     pub fn enabled(&self) -> bool {
         self.socket.is_some()

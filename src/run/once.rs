@@ -11,6 +11,7 @@ use zklock::zk;
 
 use super::metrics::{Facts, Skip};
 use super::plan::Plan;
+use super::{Event, Outputs};
 use crate::exit::{Exit, Step};
 use crate::lock::queue::Node;
 use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
@@ -34,8 +35,9 @@ pub async fn check(
     plan: &Plan<'_>,
     client: &zk::client::Client,
     held: &[Node],
-    facts: &Rc<Facts>,
+    out: &Outputs,
 ) -> Result<Step<Option<Pending>>> {
+    let facts = &out.facts;
     let (Some(window), Some(node)) = (plan.once_per, held.first()) else {
         return Ok(Step::Go(None));
     };
@@ -49,9 +51,8 @@ pub async fn check(
         stamped.now_ms,
         window_ms,
     ));
-    let skip = |reason: Skip, why: std::fmt::Arguments<'_>| {
-        facts.skipped(reason);
-        plan.report.note(format_args!("not running: {lock} {why}"));
+    let skip = |skip: Skip, why: std::fmt::Arguments<'_>| {
+        out.emit(Event::Skipped { lock, skip, why });
         Ok(Step::End(plan.conflict))
     };
     match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {

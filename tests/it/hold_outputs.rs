@@ -84,3 +84,25 @@ fn pings_follow_the_hold() {
         .assert_code(76);
     place.assert_clean(zk);
 }
+
+/// `-v`: the holder says what it acquired, as `run` does (the same events;
+/// docs/design.md, "Holds": it waits exactly as `run` does).
+#[test]
+fn a_verbose_hold_says_what_it_acquired() {
+    let place = Place::new("hold-verbose");
+    let zk = place.zk();
+    let out = place.run(
+        r#"eval "$("$ZKLOCK" hold -v -z "$ZK" "$P")"
+        echo "$ZKLOCK_NODE $ZKLOCK_FENCING_TOKEN"
+        "$ZKLOCK" release"#,
+    );
+    out.assert_code(0);
+    let (node, token) = out.stdout.trim().split_once(' ').expect("node and token");
+    assert!(
+        out.stderr
+            .contains(&format!("acquired {node} (fencing token {token}) after ")),
+        "{}",
+        out.stderr
+    );
+    place.assert_clean(zk);
+}

@@ -11,10 +11,10 @@ use zklock::zk;
 use zklock::zk::burst::Burst;
 
 use self::claims::{Claim, Decision, Held, Inherited, Observed};
-use super::Outputs;
 use super::acquire::{Taken, connect, settle};
 use super::hold::{HeldLock, command_environment, run_command};
 use super::plan::Plan;
+use super::{Event, Outputs};
 use crate::command::child::Child;
 use crate::command::signals::Signals;
 use crate::exit::{Failure, Step};
@@ -47,7 +47,7 @@ pub async fn reenter(plan: &Plan<'_>, out: &Outputs, signals: &mut Signals) -> R
         let prepared = Child::prepare(&plan.argv)?;
         run_command(plan, out, signals, session, lock, &env, prepared).await
     };
-    match enter(plan, signals, command).await? {
+    match enter(plan, out, signals, command).await? {
         Reentry::Not(_) => Ok(Step::Go(())),
         Reentry::Done(Step::End(exit)) => Ok(Step::End(exit)),
         Reentry::Done(Step::Go((ran, _closed))) => ran.map(Step::End),
@@ -70,6 +70,7 @@ pub(crate) enum Reentry<F, T> {
 /// the environment claims a requested path.
 pub(crate) async fn enter<F, T>(
     plan: &Plan<'_>,
+    out: &Outputs,
     signals: &mut Signals,
     then: F,
 ) -> Result<Reentry<F, T>>
@@ -80,7 +81,7 @@ where
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
         return Ok(Reentry::Not(then));
     };
-    let session = match connect(plan, signals, Burst::default()).await? {
+    let session = match connect(plan, out, signals, Burst::default()).await? {
         Step::Go(session) => session,
         Step::End(exit) => return Ok(Reentry::Done(Step::End(exit))),
     };
@@ -111,10 +112,7 @@ where
             .map(|(path, czxid)| Node { path, czxid })
             .collect();
         for (path, node) in plan.paths.iter().zip(&held) {
-            plan.report.info(format_args!(
-                "{path} is held by the enclosing zklock run ({}, fencing token {}): running under it",
-                node.path, node.czxid
-            ));
+            out.emit(Event::Reentered { path, node });
         }
         let taken = Taken {
             held,
