@@ -78,6 +78,7 @@ pub(super) async fn lifecycle(
                 .map(|(name, value)| ((*name).to_owned(), value.clone())),
         );
         hand_over(&vars)?;
+        outputs.emit(Event::Running);
         outputs.emit(Event::Started { env: &env });
         let mut lock = HeldLock {
             nodes: held.iter().map(|node| node.path.clone()).collect(),

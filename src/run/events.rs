@@ -57,6 +57,9 @@ pub(crate) enum Event<'a> {
         skip: Skip,
         why: std::fmt::Arguments<'a>,
     },
+    /// This host runs the command (or holds) under the lock: its outcome
+    /// is the run's, even if the command then cannot be started.
+    Running,
     /// The command (or a hold's holder) runs under the lock, given `env`.
     Started { env: &'a [(&'static str, String)] },
     /// The lock was lost. Why is said by the command's supervisor
@@ -166,8 +169,8 @@ impl Outputs {
                 self.facts.skipped(skip);
                 report.note(format_args!("not running: {lock} {why}"));
             }
+            Event::Running => self.facts.ran(),
             Event::Started { env } => {
-                self.facts.ran();
                 self.notify.ready(|| held_status(env));
                 if let Some(ping) = &self.ping {
                     ping.started();
@@ -257,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn facts_hear_the_token_when_acquired_and_the_run_when_started() {
+    fn facts_hear_the_token_when_acquired_and_the_run_when_running() {
         let out = outputs(Notifier::to(None));
         let held = [Node {
             path: "/a/lock-0000000001".into(),
@@ -270,7 +273,7 @@ mod tests {
         });
         assert_eq!(out.facts.token(), Some(7));
         assert!(!out.facts.has_run(), "acquired is not ran");
-        out.emit(Event::Started { env: &env() });
+        out.emit(Event::Running);
         assert!(out.facts.has_run());
     }
 

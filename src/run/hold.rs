@@ -58,6 +58,9 @@ pub(super) async fn run_command(
     let policy = lock.policy;
     // Taken right after the lock was confirmed held.
     let (deadline, handed) = lease::deadline(session.client(), policy);
+    // Before the spawn: a command that then cannot start is this host's
+    // failure, pinged and counted as such.
+    out.emit(Event::Running);
     let child = Child::spawn(prepared, env, signals)?;
     out.emit(Event::Started { env });
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
