@@ -11,7 +11,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::harness::{
-    CertKey, Gated, Outcome, TempDir, pki, run_bounded, shared_server, unique_path, zklock_run,
+    CertKey, Gated, Inspector, Outcome, TempDir, assert_no_lock_nodes, pki, run_bounded,
+    shared_server, unique_path, wait_for_contenders, zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -489,4 +490,31 @@ fn an_http_ping_goes_through_a_proxy_as_a_plain_request() {
             credentials.to_owned(),
         ]
     );
+}
+
+/// A command gone by the time the lock is held (removed while zklock
+/// waited) is the failure of the host that took the lock: its exit status
+/// is pinged, as a command that ran and failed would be.
+#[test]
+fn a_command_that_cannot_start_under_the_lock_pings_its_failure() {
+    use std::os::unix::fs::PermissionsExt;
+    let path = unique_path("ping-gone");
+    let connect = shared_server().connect_string();
+    let holder = Gated::start(zklock_run(&connect, &path));
+    let server = PingServer::start(200);
+    let dir = TempDir::new();
+    let job = dir.path().join("job");
+    std::fs::write(&job, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&job, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut waiter = pinging(&path, &server.url);
+    waiter.arg("--").arg(&job);
+    let waiter = std::thread::spawn(move || run_bounded(&mut waiter, LONG));
+    let zk = Inspector::connect(&connect);
+    wait_for_contenders(&zk, &path, "-lock-", 2);
+    std::fs::remove_file(&job).unwrap();
+    assert!(holder.finish().success());
+    let out = waiter.join().unwrap();
+    out.assert_code(127);
+    assert_eq!(server.requests(), ["GET /ping/secret-uuid/127 HTTP/1.1"]);
+    assert_no_lock_nodes(&zk, &path);
 }
