@@ -309,6 +309,7 @@ fn s07_waiter_watch_survives_brief_blackhole() {
         .into_iter()
         .filter(|c| c != held.node_name())
         .collect();
+    proxy.wait_watching(LONG);
 
     proxy.set_mode(Mode::Blackhole);
     let cut = Instant::now();
@@ -361,6 +362,7 @@ fn s08_expired_waiter_requeues_without_blocking_the_queue() {
     let (_, first_stat) = zk.get_data(&first_node).expect("node");
     let mut behind = Locker::spawn("behind", &direct, &path, &T3, &log, HOLD);
     wait_children(&zk, &path, 3, LONG);
+    proxy.wait_watching(LONG);
 
     proxy.set_mode(Mode::Blackhole);
     let cut = Instant::now();
@@ -431,6 +433,7 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
         "too slow to queue to test a timeout during the partition"
     );
 
+    proxy.wait_watching(LONG);
     let before = proxy.requests().len();
     proxy.set_mode(Mode::Blackhole);
     // Until the --timeout has passed and the waiter's cleanup went into the

@@ -82,13 +82,8 @@ fn a_waiter_cut_off_says_so_and_ends_on_time() {
     waiter.args(["-v", "-w", "5s", "--", "true"]);
     let waiting = std::thread::spawn(move || run_bounded(&mut waiter, LONG));
     wait_for_contenders(&zk, &path, "-lock-", 2);
-    // Not before the waiter has its session: its node exists as soon as the
-    // server has read the first burst, but the handshake's answer may still
-    // be on its way (cut off there, zklock has no session: 69). It watches
-    // the node ahead (exists 3, getData 4) only once the burst is answered.
-    wait_until(LONG, "the waiter watching the node ahead", || {
-        proxy.requests().iter().any(|&op| op == 3 || op == 4)
-    });
+    // Not before the waiter has its session (cut off before, it ends 69).
+    proxy.wait_watching(LONG);
     proxy.set_mode(Mode::Blackhole);
     let out = waiting.join().unwrap();
     out.assert_code(75);

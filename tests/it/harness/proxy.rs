@@ -161,6 +161,17 @@ impl FaultProxy {
     pub fn requests(&self) -> Vec<i32> {
         self.shared.requests.lock().expect("requests lock").clone()
     }
+
+    /// Waits until a client behind the proxy has read a node (exists 3 or
+    /// getData 4): a waiter does so to watch the node ahead only once its
+    /// first burst, and the handshake before it, were answered. Its node on
+    /// the server says less: it exists as soon as the server read the burst,
+    /// while the handshake's answer may still be on its way.
+    pub fn wait_watching(&self, timeout: Duration) {
+        super::wait_until(timeout, "a client behind the proxy watching a node", || {
+            self.requests().iter().any(|&op| op == 3 || op == 4)
+        });
+    }
 }
 
 impl Drop for FaultProxy {
