@@ -301,7 +301,8 @@ fn spawn_error(program: &OsString, err: io::Error) -> anyhow::Error {
 /// `deadline` (the lock's, as the lease moves it) for when zklock cannot
 /// act. Returns the command's status, or [`Exit::LockLost`] or
 /// [`Exit::TimedOut`], and the group's keeper, for
-/// [`Keeper::end_with_zklock`] once the lock is released.
+/// [`Keeper::end_with_zklock`] once the lock is released. `lock_lost` is
+/// told why, once, as the command is stopped for a lost lock.
 pub async fn supervise(
     mut child: Child,
     signals: &mut Signals,
@@ -309,6 +310,7 @@ pub async fn supervise(
     mut deadline: watch::Receiver<Instant>,
     limits: Limits,
     report: &Report,
+    lock_lost_because: &dyn Fn(std::fmt::Arguments<'_>),
 ) -> (Exit, Keeper) {
     let mut time_up = limits.max_runtime.map(|limit| Instant::now() + limit);
     let mut timed_out = false;
@@ -369,8 +371,8 @@ pub async fn supervise(
                     let stopped = child.continued().filter(|time| *time >= limits.stop_limit);
                     if let Some(stopped) = stopped.filter(|_| !lock_lost) {
                         (lock_lost, watching) = (true, false);
-                        report.error(format_args!(
-                            "lock lost: zklock was stopped for {}, longer than its session \
+                        lock_lost_because(format_args!(
+                            "zklock was stopped for {}, longer than its session \
                              can be kept without it; terminating the command",
                             human_duration(stopped)
                         ));
@@ -387,7 +389,7 @@ pub async fn supervise(
             }
             reason = &mut lost, if !lock_lost => {
                 (lock_lost, watching) = (true, false);
-                report.error(format_args!("lock lost: {reason}; terminating the command"));
+                lock_lost_because(format_args!("{reason}; terminating the command"));
                 give_up(&mut child, &mut kill_at, *deadline.borrow());
             }
             changed = deadline.changed(), if watching => match changed {
@@ -415,9 +417,8 @@ pub async fn supervise(
         // Found ended only past the deadline: zklock could not act in time
         // (it was stopped), and the keeper stopped the command.
         lock_lost = true;
-        report.error(format_args!(
-            "lock lost: no answer from ZooKeeper past the lease deadline; the keeper \
-             stopped the command"
+        lock_lost_because(format_args!(
+            "no answer from ZooKeeper past the lease deadline; the keeper stopped the command"
         ));
     }
     // The group is empty.

@@ -132,6 +132,11 @@ pub(super) async fn lifecycle(
             Ended::Signal(signal) => Exit::Signal(*signal),
             Ended::BoundExited | Ended::Release(_, None) => Exit::Command(0),
         };
+        if let Ended::Lost(reason) = &ended {
+            outputs.emit(Event::Lost {
+                why: format_args!("{reason}"),
+            });
+        }
         if let (Ended::Lost(_), Some(bound), OnLost::Term) =
             (&ended, &binding.bound, binding.on_lost)
         {

@@ -62,10 +62,10 @@ pub(crate) enum Event<'a> {
     Running,
     /// The command (or a hold's holder) runs under the lock, given `env`.
     Started { env: &'a [(&'static str, String)] },
-    /// The lock was lost. Why is said by the command's supervisor
-    /// (`command::child::supervise`, which stops the command and says the
-    /// other ways a lock is lost) or answered to `zklock release`.
-    Lost,
+    /// The lock was lost, for `why` (the command's supervisor tells,
+    /// `command::child::supervise`, as it stops the command; a hold's
+    /// holder answers it to `zklock release`).
+    Lost { why: std::fmt::Arguments<'a> },
     /// The command (or the hold) ended with `exit`, under `--max-runtime`
     /// if given.
     Ended {
@@ -178,7 +178,10 @@ impl Outputs {
             }
             // STOPPING=1 as the loss happens; the command's end then says
             // nothing new to systemd (the Notifier sends it once).
-            Event::Lost => self.notify.stopping(),
+            Event::Lost { why } => {
+                report.error(format_args!("lock lost: {why}"));
+                self.notify.stopping();
+            }
             Event::Ended { exit, max_runtime } => {
                 self.notify.stopping();
                 if let (Exit::TimedOut, Some(limit)) = (exit, max_runtime) {
@@ -303,7 +306,9 @@ mod tests {
             order: &["/a", "/b"],
         });
         out.emit(Event::Started { env: &env() });
-        out.emit(Event::Lost);
+        out.emit(Event::Lost {
+            why: format_args!("our node was deleted; terminating the command"),
+        });
         out.emit(Event::Ended {
             exit: Exit::LockLost,
             max_runtime: None,

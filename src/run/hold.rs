@@ -72,7 +72,17 @@ pub(super) async fn run_command(
         max_runtime: plan.max_runtime.map(|limit| limit.0),
         stop_limit: policy.grace(),
     };
-    let (exit, keeper) = child::supervise(child, signals, pin!(lost), handed, limits, report).await;
+    let lock_lost_because = |why: std::fmt::Arguments<'_>| out.emit(Event::Lost { why });
+    let (exit, keeper) = child::supervise(
+        child,
+        signals,
+        pin!(lost),
+        handed,
+        limits,
+        report,
+        &lock_lost_because,
+    )
+    .await;
     out.emit(Event::Ended {
         exit,
         max_runtime: plan.max_runtime,
@@ -141,12 +151,10 @@ pub(crate) async fn lease_watch(
         }
     };
     // The watchdog is fed only until the lock is lost.
-    let reason = match select(pin!(lost), pin!(out.notify.watchdog())).await {
+    match select(pin!(lost), pin!(out.notify.watchdog())).await {
         Either::Left((reason, _)) => reason,
         Either::Right((never, _)) => match never {},
-    };
-    out.emit(Event::Lost);
-    reason
+    }
 }
 
 /// systemd's status line while the command runs: since when, and the
