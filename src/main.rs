@@ -47,29 +47,40 @@ use std::process::ExitCode;
 use clap::error::ErrorKind as ClapErrorKind;
 use clap::{CommandFactory, Parser};
 
-use crate::cli::Command;
+use crate::cli::{Command, Format};
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
     if command::keeper::is_hidden_mode() {
         command::keeper::run_hidden_mode();
     }
-    let outcome = if hold::holder::is_hidden_mode() {
-        hold::holder::main()
+    let (outcome, for_eval) = if hold::holder::is_hidden_mode() {
+        (hold::holder::main(), false)
     } else {
         let cli = match cli::Cli::try_parse() {
             Ok(cli) => cli,
-            Err(err) => return usage_error(err),
+            Err(err) => {
+                let code = usage_error(err);
+                if code != ExitCode::SUCCESS && hold::for_eval_in_args() {
+                    hold::stop_the_script(Exit::Usage);
+                }
+                return code;
+            }
         };
-        dispatch(cli.command)
+        let for_eval = matches!(&cli.command, Command::Hold(args) if args.format == Format::Sh);
+        (dispatch(cli.command), for_eval)
     };
-    match outcome {
-        Ok(exit) => exit.into(),
+    let exit = match outcome {
+        Ok(exit) => exit,
         Err(err) => {
             report::say(format_args!("{err:#}"));
-            Exit::for_error(&err).into()
+            Exit::for_error(&err)
         }
+    };
+    if for_eval && exit.code() != 0 {
+        hold::stop_the_script(exit);
     }
+    exit.into()
 }
 
 fn dispatch(command: Command) -> anyhow::Result<Exit> {

@@ -440,7 +440,7 @@ pub async fn supervise(
 /// after the TERM sent now, and no later than K after the deadline. A zklock
 /// that wakes up past the deadline (it was stopped) has no grace left and
 /// less of K: none once K past it, when it kills at once.
-fn kill_time(deadline: Instant, now: Instant, kill_after: Duration) -> Instant {
+pub fn kill_time(deadline: Instant, now: Instant, kill_after: Duration) -> Instant {
     now.min(deadline) + kill_after
 }
 

@@ -16,6 +16,7 @@ use rustix::process::{Pid, Signal};
 use rustix::time::{ClockId, clock_gettime};
 
 use crate::command::signals;
+use crate::command::steps::Steps;
 
 /// argv[1] of the keeper's hidden mode. Not an option clap knows: `main`
 /// checks for it before parsing, and nobody types it by accident.
@@ -47,9 +48,25 @@ impl Keeper {
     /// Starts the keeper as the leader of a new process group, whose id is
     /// [`Keeper::pid`]. It kills that group when zklock ends.
     pub fn start() -> io::Result<Keeper> {
+        Keeper::spawn(&[])
+    }
+
+    /// Starts the keeper of a hold's `steps` (docs/design.md, "Holds"), in
+    /// a group of its own: it kills the steps when the holder dies while
+    /// they hold, and stops them at the lease deadline when the holder
+    /// cannot. Once told to stand down, the holder's end ends it quietly.
+    pub fn for_steps(steps: Steps) -> io::Result<Keeper> {
+        let group = steps
+            .group
+            .map_or_else(|| "-".to_owned(), |g| g.to_string());
+        Keeper::spawn(&["steps".to_owned(), steps.bound.to_string(), group])
+    }
+
+    fn spawn(target: &[String]) -> io::Result<Keeper> {
         let process = Command::new("/proc/self/exe")
             .arg0(NAME)
             .arg(HIDDEN_MODE)
+            .args(target)
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -142,17 +159,75 @@ impl Drop for Keeper {
     }
 }
 
-/// Whether this process is the keeper: exactly one argument, ours.
+/// Whether this process is the keeper: its first argument is ours.
 pub fn is_hidden_mode() -> bool {
-    let mut args = std::env::args_os().skip(1);
-    args.next().is_some_and(|arg| arg == HIDDEN_MODE) && args.next().is_none()
+    std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == HIDDEN_MODE)
 }
 
-/// Kills the keeper's group, G (it leads it: see the module comment), and so
-/// the keeper too.
-fn kill_group() -> ! {
-    let _ = rustix::process::kill_current_process_group(Signal::KILL);
-    std::process::exit(0)
+/// What the keeper stops: its own group, G (it leads it: see the module
+/// comment), or a hold's steps.
+enum Target {
+    Group,
+    Steps {
+        steps: Steps,
+        /// The bound process's pidfd, taken at the start while the holder
+        /// (which checks it again once we are ready) knew it alive.
+        bound: Option<std::os::fd::OwnedFd>,
+    },
+}
+
+impl Target {
+    /// From the arguments after [`HIDDEN_MODE`]: none, or `steps BOUND
+    /// GROUP|-`.
+    fn from_args() -> Target {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let [kind, bound, group] = args.as_slice() else {
+            return Target::Group;
+        };
+        let (Some(bound), true) = (bound.parse::<i32>().ok(), kind == "steps") else {
+            return Target::Group;
+        };
+        let pidfd = Pid::from_raw(bound).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
+        Target::Steps {
+            steps: Steps {
+                bound,
+                group: group.parse().ok(),
+            },
+            bound: pidfd,
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        match self {
+            Target::Group => {
+                let _ = rustix::process::kill_current_process_group(signal);
+            }
+            Target::Steps { steps, bound } => {
+                let alive = bound.as_ref().is_some_and(|fd| {
+                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())) == Ok(0)
+                });
+                let me = [rustix::process::getpid().as_raw_pid()];
+                // KILL again, for steps forked while a pass ran.
+                let passes = if signal == Signal::KILL { 3 } else { 1 };
+                for _ in 0..passes {
+                    if steps.signal(signal, alive, &me) == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills the target, then ends (the group's kill ends the keeper too).
+    fn kill(&self) -> ! {
+        self.signal(Signal::KILL);
+        std::process::exit(0)
+    }
 }
 
 /// When the keeper TERMs and KILLs the group for a lease `deadline`.
@@ -184,6 +259,7 @@ pub fn run_hidden_mode() -> ! {
     signals::change_mask(libc::SIG_SETMASK, signals::ALL);
     // For ps and top; exec named it after /proc/self/exe.
     let _ = std::fs::write("/proc/self/comm", NAME);
+    let target = Target::from_args();
     let mut stdout = io::stdout();
     let _ = stdout.write_all(b"k").and_then(|()| stdout.flush());
     let stdin = rustix::stdio::stdin();
@@ -193,9 +269,12 @@ pub fn run_hidden_mode() -> ! {
         .and_then(|flags| rustix::fs::fcntl_setfl(stdin, flags | OFlags::NONBLOCK))
         .is_err()
     {
-        kill_group();
+        target.kill();
     }
     let (mut term, mut kill) = (NEVER, NEVER);
+    // A hold's keeper told to stand down lets the holder end in peace (its
+    // steps go on without a lock they no longer hold).
+    let mut stood_down = false;
     loop {
         let mut order = [0u8; ORDER];
         match rustix::io::read(stdin, &mut order) {
@@ -203,20 +282,24 @@ pub fn run_hidden_mode() -> ! {
             Ok(ORDER) => {
                 term = u64::from_le_bytes(order[..8].try_into().expect("8 bytes"));
                 kill = u64::from_le_bytes(order[8..].try_into().expect("8 bytes"));
+                stood_down = term == NEVER && kill == NEVER;
                 continue;
             }
             Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+            Ok(0) if stood_down && matches!(target, Target::Steps { .. }) => std::process::exit(0),
             // EOF: zklock is gone. An error: the same, for all we know.
-            _ => kill_group(),
+            _ => target.kill(),
         }
         let now = monotonic_ns();
         if kill <= now {
-            kill_group();
+            target.kill();
         }
         if term <= now {
             // A stopped process acts on TERM only once continued.
-            let _ = rustix::process::kill_current_process_group(Signal::TERM);
-            let _ = rustix::process::kill_current_process_group(Signal::CONT);
+            target.signal(Signal::TERM);
+            if matches!(target, Target::Group) {
+                target.signal(Signal::CONT);
+            }
             term = NEVER;
         }
         let next = term.min(kill);

@@ -5,3 +5,4 @@ pub mod child;
 pub mod keeper;
 pub mod signals;
 pub mod spawn;
+pub mod steps;

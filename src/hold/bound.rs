@@ -1,23 +1,31 @@
-//! What a hold is bound to (docs/design.md, "Holds"): the calling process,
-//! through a pidfd that `zklock hold` passes as the holder's stdin, and
-//! --max-hold; and what a lost lock does to that process.
+//! What a hold is bound to (docs/design.md, "Holds"): the calling process
+//! (`caller.rs` finds it), through a pidfd that `zklock hold` passes as the
+//! holder's stdin, and --max-hold; and what a lost lock does to its steps.
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rustix::process::Signal;
 use tokio::io::unix::AsyncFd;
 
 use crate::cli::OnLost;
 
 /// What the hold is bound to.
 pub(super) struct Binding {
-    /// The calling process, when bound to it: a pidfd, robust to the reuse
-    /// of its pid.
-    pub(super) bound: Option<Bound>,
+    /// The calling process: a pidfd, robust to the reuse of its pid. A
+    /// waiting hold gives up when it exits; the hold lasts as long as it
+    /// does, but with --until-released.
+    pub(super) caller: Bound,
+    pub(super) until_released: bool,
     pub(super) max_hold: Option<Duration>,
     pub(super) on_lost: OnLost,
+}
+
+impl Binding {
+    /// The process the hold is bound to, unless --until-released.
+    pub(super) fn bound(&self) -> Option<&Bound> {
+        (!self.until_released).then_some(&self.caller)
+    }
 }
 
 pub(super) struct Bound {
@@ -33,8 +41,20 @@ impl Bound {
         let _ = self.pidfd.readable().await;
     }
 
-    pub(super) fn terminate(&self) {
-        let _ = rustix::process::pidfd_send_signal(self.pidfd.get_ref(), Signal::TERM);
+    /// Whether it has exited, now.
+    pub(super) fn has_exited(&self) -> bool {
+        let mut fds = [rustix::event::PollFd::new(
+            self.pidfd.get_ref(),
+            rustix::event::PollFlags::IN,
+        )];
+        rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())) != Ok(0)
+    }
+
+    /// Another watch of the same process, on a pidfd of its own.
+    pub(super) fn duplicate(&self) -> Result<Bound> {
+        let pidfd =
+            rustix::io::fcntl_dupfd_cloexec(self.pidfd.get_ref(), 3).context("taking the pidfd")?;
+        watch(pidfd, self.pid, self.name.clone())
     }
 }
 
@@ -48,6 +68,10 @@ pub(super) fn bound_from_stdin(pid: i32) -> Result<Bound> {
         .ok()
         .map(|name| name.trim_end().to_owned())
         .filter(|name| !name.is_empty());
+    watch(pidfd, pid, name)
+}
+
+fn watch(pidfd: OwnedFd, pid: i32, name: Option<String>) -> Result<Bound> {
     // SAFETY: the AsyncFd owns the descriptor, which is neither closed nor
     // replaced while it is registered.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }

@@ -25,8 +25,9 @@ pub fn is_hidden_mode() -> bool {
 }
 
 /// The holder's main: `zklock HIDDEN_MODE CALLER BOUND hold ARGS...`, where
-/// CALLER is the pid of the waiting `zklock hold` and BOUND the bound
-/// process's pid (its pidfd is our stdin), or `-`.
+/// CALLER is the pid of the waiting `zklock hold` and BOUND the calling
+/// process's pid (its pidfd is our stdin): the one bound to, unless
+/// --until-released.
 pub fn main() -> Result<Exit> {
     let mut argv = std::env::args_os().skip(2);
     let caller = pid_arg(argv.next());
@@ -53,19 +54,23 @@ pub fn main() -> Result<Exit> {
             }
         };
     let on_lost = args.on_lost();
-    let HoldArgs { lock, max_hold, .. } = args;
+    let HoldArgs {
+        lock,
+        max_hold,
+        until_released,
+        ..
+    } = args;
     let max_hold = max_hold.map(|d| d.0);
     let what: Vec<OsString> = std::iter::once("zklock".into()).chain(given).collect();
     let plan = Plan::holding(&lock, what)?;
     let outputs = Outputs::new(&plan)?;
     drive(outputs, |outputs| async move {
         // In the runtime: the pidfd is registered with its reactor.
-        let bound = match bound_pid {
-            Some(pid) => Some(bound_from_stdin(pid)?),
-            None => None,
-        };
+        let caller = bound_pid
+            .ok_or_else(|| Failure::usage("the holder's command line names no calling process"))?;
         let binding = Binding {
-            bound,
+            caller: bound_from_stdin(caller)?,
+            until_released,
             max_hold,
             on_lost,
         };

@@ -8,11 +8,14 @@ use std::pin::pin;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
-use tokio::time::{Instant, sleep_until};
+use rustix::process::Signal;
+use tokio::time::{Instant, sleep, sleep_until};
 
-use super::bound::{Binding, dev_null};
+use super::bound::{Binding, Bound, dev_null};
 use super::control::{Control, Released, Request};
+use super::guard::{Guard, POLL};
 use crate::cli::OnLost;
+use crate::command::child::kill_time;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
 use crate::lock::holder::HoldBinding;
@@ -37,13 +40,17 @@ pub(super) async fn lifecycle(
     let mut signals = Signals::install()?;
     // `until` is known once held: --max-hold counts from then.
     plan.own.hold = Some(HoldBinding {
-        bound_pid: binding.bound.as_ref().map(|b| b.pid as u32),
-        bound_name: binding.bound.as_ref().and_then(|b| b.name.clone()),
+        bound_pid: binding.bound().map(|b| b.pid as u32),
+        bound_name: binding.bound().and_then(|b| b.name.clone()),
         until: None,
     });
     let plan = plan;
     let started = Instant::now();
     outputs.emit(Event::Connecting { order: &plan.order });
+    // Until held: a caller gone ends the wait, as a signal would.
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(give_up_with(binding.caller.duplicate()?, held_rx));
+    let mut held_tx = Some(held_tx);
     let hold = async |session: &Session, signals: &mut Signals, taken: Taken| {
         let Taken {
             held,
@@ -77,6 +84,19 @@ pub(super) async fn lifecycle(
             env.iter()
                 .map(|(name, value)| ((*name).to_owned(), value.clone())),
         );
+        let (deadline, mut handed) = lease::deadline(session.client(), policy);
+        // The steps' keeper is ready before they can run under the lock.
+        let mut guard = match binding.bound() {
+            Some(bound) => {
+                let mut guard = Guard::start(bound, policy.kill_after)?;
+                guard.follow(*handed.borrow_and_update());
+                Some(guard)
+            }
+            None => None,
+        };
+        if let Some(held) = held_tx.take() {
+            let _ = held.send(());
+        }
         hand_over(&vars)?;
         outputs.emit(Event::Running);
         outputs.emit(Event::Started { env: &env });
@@ -88,7 +108,6 @@ pub(super) async fn lifecycle(
             ours,
             record,
         };
-        let (deadline, _handed) = lease::deadline(session.client(), policy);
         let max_hold = binding.max_hold.map(|max| Instant::now() + max);
         let mut holder = plan.holder();
         if let Some(hold) = &mut holder.hold {
@@ -101,10 +120,17 @@ pub(super) async fn lifecycle(
             let mut lost = pin!(lease_watch(
                 &plan, outputs, session, &lock, watches, &deadline, acquired
             ));
+            // The bound process has exited; its group's stragglers hold on.
+            let mut draining = false;
+            // The lease hands new deadlines until the lock is lost.
+            let mut following = true;
             loop {
                 tokio::select! {
                     reason = &mut lost => break Ended::Lost(reason),
-                    () = bound_exit(&binding) => break Ended::BoundExited,
+                    () = bound_exit(&binding), if !draining => {
+                        draining = true;
+                    }
+                    () = sleep(POLL), if draining => {}
                     () = sleep_until(max_hold.unwrap_or_else(Instant::now)), if max_hold.is_some() => {
                         break Ended::Lost(format!(
                             "held for --max-hold {}",
@@ -112,10 +138,20 @@ pub(super) async fn lifecycle(
                         ));
                     }
                     signal = abort_signal(signals) => break Ended::Signal(signal),
+                    changed = handed.changed(), if guard.is_some() && following => {
+                        following = changed.is_ok();
+                        if let (Some(guard), true) = (&mut guard, following) {
+                            guard.follow(*handed.borrow_and_update());
+                        }
+                    }
                     (request, asker) = control.next() => match request {
                         Request::Paths => asker.paths(&plan.paths),
                         Request::Release => break Ended::Release(asker, None),
                     },
+                }
+                let bound = &binding.caller;
+                if draining && guard.as_ref().is_none_or(|guard| guard.running(bound) == 0) {
+                    break Ended::BoundExited;
                 }
             }
         };
@@ -137,10 +173,39 @@ pub(super) async fn lifecycle(
                 why: format_args!("{reason}"),
             });
         }
-        if let (Ended::Lost(_), Some(bound), OnLost::Term) =
-            (&ended, &binding.bound, binding.on_lost)
-        {
-            bound.terminate();
+        // The steps still running stop before the lock can pass on: our
+        // nodes stay until they are gone (the session's scope deletes them
+        // after this).
+        if let Some(mut guard) = guard.take() {
+            let bound = &binding.caller;
+            let kill_by = *handed.borrow() + policy.kill_after;
+            let (signal, kill, why) = match &ended {
+                Ended::Lost(reason) if binding.on_lost == OnLost::Term => (
+                    Signal::TERM,
+                    kill_time(*handed.borrow(), Instant::now(), policy.kill_after),
+                    reason.to_string(),
+                ),
+                Ended::Signal(signal) => (
+                    Signal::from_named_raw(*signal).unwrap_or(Signal::TERM),
+                    (Instant::now() + policy.kill_after).min(kill_by),
+                    format!("the holder got signal {signal}"),
+                ),
+                _ => (Signal::CONT, Instant::now(), String::new()),
+            };
+            if !why.is_empty() {
+                // A step's trap may ask for a release meanwhile: answered.
+                let mut stopped = pin!(guard.stop(bound, signal, kill));
+                loop {
+                    tokio::select! {
+                        () = &mut stopped => break,
+                        (request, asker) = control.next() => match request {
+                            Request::Paths => asker.paths(&plan.paths),
+                            Request::Release => asker.released(&Released::Lost(why.clone())),
+                        },
+                    }
+                }
+            }
+            guard.stand_down();
         }
         outputs.emit(Event::Ended {
             exit,
@@ -148,6 +213,10 @@ pub(super) async fn lifecycle(
         });
         if let Some(record) = lock.record.take() {
             record.finish(&plan, session.client(), exit).await;
+        }
+        if let Ended::Lost(_) = &ended {
+            // The outcome now, not once the session's end is confirmed.
+            outputs.finish(&Ok(exit));
         }
         anyhow::Ok(Step::Go((exit, ended, control)))
     };
@@ -182,13 +251,27 @@ pub(super) async fn lifecycle(
             asker.released(&released);
         }
         Ended::Lost(reason) => {
-            // The outcome now, not when the lingering ends.
-            outputs.finish(&Ok(exit));
             linger(&control, &binding, &mut signals, &reason, &plan.paths).await;
         }
         Ended::BoundExited | Ended::Signal(_) => {}
     }
     Ok(exit)
+}
+
+/// Ends the wait with SIGTERM, as a signal from the caller would, when
+/// `caller` exits before `held` says the lock is held (docs/design.md,
+/// "Holds": nobody is left to use the hold).
+async fn give_up_with(caller: Bound, held: tokio::sync::oneshot::Receiver<()>) {
+    tokio::select! {
+        () = caller.exited() => {
+            crate::report::say(format_args!(
+                "the process that called zklock hold (pid {}) has exited: giving up the wait",
+                caller.pid
+            ));
+            let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::TERM);
+        }
+        _ = held => {}
+    }
 }
 
 /// Why the hold ended.
@@ -201,7 +284,7 @@ enum Ended {
 }
 
 async fn bound_exit(binding: &Binding) {
-    match &binding.bound {
+    match binding.bound() {
         Some(bound) => bound.exited().await,
         None => std::future::pending().await,
     }
@@ -221,7 +304,7 @@ async fn linger(
     loop {
         tokio::select! {
             () = bound_exit(binding) => return,
-            () = sleep_until(until), if binding.bound.is_none() => return,
+            () = sleep_until(until), if binding.bound().is_none() => return,
             _ = abort_signal(signals) => return,
             (request, asker) = control.next() => match request {
                 Request::Paths => asker.paths(paths),

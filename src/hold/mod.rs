@@ -4,8 +4,10 @@
 //! (`control.rs`); the variables printed for the shell (`format.rs`).
 
 mod bound;
+mod caller;
 mod control;
 mod format;
+mod guard;
 pub mod holder;
 mod lifecycle;
 
@@ -36,10 +38,7 @@ pub fn hold(args: HoldArgs) -> Result<Exit> {
     if args.max_hold.is_some_and(|max| max.0.is_zero()) {
         return Err(Failure::usage("--max-hold must be more than 0"));
     }
-    let bound = match args.until_released {
-        true => None,
-        false => Some(calling_process()?),
-    };
+    let (pid, pidfd) = caller::bound_process()?;
     let mut holder = Command::new("/proc/self/exe");
     holder
         .arg0("zklock")
@@ -47,10 +46,7 @@ pub fn hold(args: HoldArgs) -> Result<Exit> {
         .arg(std::process::id().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    match bound {
-        Some((pid, pidfd)) => holder.arg(pid.to_string()).stdin(Stdio::from(pidfd)),
-        None => holder.arg("-").stdin(Stdio::null()),
-    };
+    holder.arg(pid.to_string()).stdin(Stdio::from(pidfd));
     // `hold` and its arguments, as given.
     holder.args(std::env::args_os().skip(1));
     let mut child = holder.spawn().context("starting the holder process")?;
@@ -90,22 +86,6 @@ pub fn hold(args: HoldArgs) -> Result<Exit> {
     })
 }
 
-/// The process that called zklock (the script's shell), and a pidfd on it,
-/// taken while it is surely our parent.
-fn calling_process() -> Result<(i32, OwnedFd)> {
-    let parent = rustix::process::getppid()
-        .ok_or_else(|| Failure::usage("zklock hold has no calling process"))?;
-    let pidfd = rustix::process::pidfd_open(parent, PidfdFlags::empty())
-        .context("watching the calling process")?;
-    // Reparented meanwhile: the pidfd may name a new process with its pid.
-    if rustix::process::getppid() != Some(parent) {
-        return Err(Failure::usage(
-            "the process that called zklock hold has exited",
-        ));
-    }
-    Ok((parent.as_raw_pid(), pidfd))
-}
-
 /// Passes every terminating signal we get on to the holder (its pidfd:
 /// never to a process that reused its pid).
 fn forward_signals(holder: OwnedFd) -> Result<()> {
@@ -119,6 +99,36 @@ fn forward_signals(holder: OwnedFd) -> Result<()> {
         }
     });
     Ok(())
+}
+
+/// A `zklock hold` for `eval` that does not hold stops the script: its
+/// stdout, which `eval "$(zklock hold ...)"` runs, gets `(exit N)`, so the
+/// eval fails with zklock's status where eval of nothing would succeed
+/// (docs/design.md, "Holds"). Not at a terminal, where nobody evals it.
+pub fn stop_the_script(exit: Exit) {
+    if rustix::termios::isatty(rustix::stdio::stdout()) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "(exit {})", exit.code()).and_then(|()| stdout.flush());
+}
+
+/// Whether a command line clap refused is a `zklock hold` printing for
+/// `eval` (no `--format` other than `sh` in it).
+pub fn for_eval_in_args() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let hold = args.iter().position(|arg| arg == "hold");
+    hold.is_some_and(|at| {
+        let rest = &args[at..];
+        !rest.iter().enumerate().any(|(i, arg)| {
+            let value = match arg.strip_prefix("--format") {
+                Some("") => rest.get(i + 1).map(String::as_str),
+                Some(tail) => tail.strip_prefix('='),
+                None => None,
+            };
+            value.is_some_and(|value| value != "sh")
+        })
+    })
 }
 
 /// `zklock release`: asks the hold's holder to let go, and says how that

@@ -107,6 +107,6 @@ fn hold_once_per_skip_leaves_no_lock_node() {
     let out = place.run(r#""$ZKLOCK" hold -z "$ZK" --once-per 1h "$P""#);
     out.assert_code(75);
     assert!(out.stderr.contains("not running"), "{}", out.stderr);
-    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert_eq!(out.stdout, "(exit 75)\n");
     place.assert_no_lock_nodes();
 }
