@@ -25,6 +25,7 @@ mod hold;
 mod hold_faults;
 mod hold_formats;
 mod hold_outputs;
+mod hold_shells;
 mod hold_terminal;
 mod holder_data;
 mod holder_message;
