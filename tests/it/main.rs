@@ -26,6 +26,7 @@ mod hold_faults;
 mod hold_formats;
 mod hold_outputs;
 mod hold_shells;
+mod hold_steps;
 mod hold_terminal;
 mod holder_data;
 mod holder_message;

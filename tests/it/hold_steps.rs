@@ -1,0 +1,224 @@
+//! A hold's steps never run beside another holder's command, under the
+//! faults a hold meets (docs/design.md, "Holds"): its node deleted
+//! (`zklock break`), `--max-hold` passing, the holder killed (-9) or
+//! stopped (SIGSTOP), a partition at the fault proxy. The steps are real
+//! child processes of the script (two in a row in the foreground, one in
+//! the background with `wait`) that log their start, a heartbeat every
+//! 50 ms and their end; the other holder is a `zklock run` that logs the
+//! same. The oracle compares intervals in the log's order (each line one
+//! O_APPEND write), not messages: a step's interval lasts from its first
+//! line to its last, so a step killed without an end still counts until
+//! its last heartbeat.
+
+use std::collections::HashMap;
+use std::process::Command;
+
+use crate::harness::{
+    FaultProxy, KillOnDrop, Mode, TempDir, run_bounded, shared_server, signal, wait_until,
+};
+use crate::hold::{LONG, Place};
+
+/// A step: `STEP NAME` logs `start`, beats for `$SECONDS_` s, `end`.
+const STEP: &str = r#"step() {
+    sh -c 'echo "start $1 $$" >> "$LOG"; i=0
+        while [ $i -lt 60 ]; do echo "beat $1 $$" >> "$LOG"; sleep 0.05; i=$((i+1)); done
+        echo "end $1 $$" >> "$LOG"' step "$1"
+}"#;
+
+/// The other holder's command, logging as the steps do.
+const RUN: &str = r#"echo "start run $$" >> "$LOG"; i=0
+    while [ $i -lt 10 ]; do echo "beat run $$" >> "$LOG"; sleep 0.05; i=$((i+1)); done
+    echo "end run $$" >> "$LOG""#;
+
+/// Each process's interval in the log: (who, first line, last line), where
+/// who is `run` or `hold`.
+fn intervals(log: &str) -> Vec<(String, usize, usize)> {
+    let mut seen: HashMap<String, (String, usize, usize)> = HashMap::new();
+    for (at, line) in log.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [_, name, pid] = words[..] else {
+            panic!("malformed line {line:?}")
+        };
+        let who = if name == "run" { "run" } else { "hold" };
+        seen.entry(pid.to_owned())
+            .and_modify(|(_, _, last)| *last = at)
+            .or_insert((who.to_owned(), at, at));
+    }
+    seen.into_values().collect()
+}
+
+/// Pairs of a hold's step and a run's command whose intervals overlap.
+fn overlaps(log: &str) -> Vec<String> {
+    let all = intervals(log);
+    let mut found = Vec::new();
+    for (a_who, a_first, a_last) in &all {
+        for (b_who, b_first, b_last) in &all {
+            if a_who == "hold" && b_who == "run" && a_first <= b_last && b_first <= a_last {
+                found.push(format!(
+                    "step lines {a_first}-{a_last} and run lines {b_first}-{b_last}"
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// The fault a scenario throws at the hold once its first step runs.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    Break,
+    MaxHold,
+    KillHolder,
+    StopHolder,
+    Partition,
+}
+
+/// The scenario: a script holds the lock (bound to it, 4 s sessions) and
+/// runs its steps; the fault comes once the first step beats; a `zklock
+/// run` then waits for the lock and runs. No step may overlap the run.
+fn scenario(fault: Fault, own_group: bool) {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr());
+    let connect = match fault {
+        Fault::Partition => proxy.connect_string(),
+        _ => server.connect_string(),
+    };
+    let place = Place::at(&connect, "hold-steps");
+    let logs = TempDir::new();
+    let log = logs.path().join("log");
+    std::fs::write(&log, "").unwrap();
+    let max_hold = match fault {
+        Fault::MaxHold => "--max-hold 1s",
+        _ => "",
+    };
+    let script = format!(
+        r#"{STEP}
+        eval "$("$ZKLOCK" hold --session-timeout 4s {max_hold} -z "$ZK" "$P")" || exit
+        echo "$ZKLOCK_HOLD" > "$OUT/socket"
+        step first
+        step second
+        step background &
+        step third
+        wait"#
+    );
+    let mut cmd = place.bash(&script);
+    cmd.env("LOG", &log);
+    if own_group {
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    }
+    let mut script = KillOnDrop(cmd.spawn().unwrap());
+    wait_until(LONG, "the first step beats", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("beat first")
+    });
+    let holder = holder_pid(&place);
+    match fault {
+        Fault::Break => {
+            let out = run_bounded(
+                zklock()
+                    .args(["break", "--yes", "-z", &server.connect_string()])
+                    .arg(&place.path),
+                LONG,
+            );
+            out.assert_code(0);
+        }
+        Fault::MaxHold => {}
+        Fault::KillHolder => signal(holder, libc::SIGKILL),
+        Fault::StopHolder => signal(holder, libc::SIGSTOP),
+        Fault::Partition => proxy.set_mode(Mode::Blackhole),
+    }
+    let run = run_bounded(
+        zklock()
+            .args(["run", "-w", "30s", "-z", &server.connect_string()])
+            .arg(&place.path)
+            .args(["--", "sh", "-c", RUN])
+            .env("LOG", &log),
+        LONG,
+    );
+    run.assert_code(0);
+    if let Fault::StopHolder = fault {
+        signal(holder, libc::SIGCONT);
+    }
+    proxy.set_mode(Mode::Pass);
+    let _ = script.0.wait();
+    let contents = std::fs::read_to_string(&log).unwrap();
+    let found = overlaps(&contents);
+    assert!(
+        found.is_empty(),
+        "{fault:?}: steps ran beside the next holder: {found:?}\n{contents}"
+    );
+    if let Fault::KillHolder = fault {
+        // Its socket, which nobody listens on, goes with the next release.
+        place.run(r#""$ZKLOCK" release "$P""#).assert_code(64);
+    }
+    place.assert_clean(place.zk());
+}
+
+fn zklock() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zklock"))
+}
+
+/// The holder's pid: its socket is `hold-PID.sock`.
+fn holder_pid(place: &Place) -> i32 {
+    let socket = std::fs::read_to_string(place.file("socket")).unwrap();
+    let name = socket.trim().rsplit('/').next().unwrap();
+    name.trim_start_matches("hold-")
+        .trim_end_matches(".sock")
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn steps_stop_when_the_node_is_deleted() {
+    scenario(Fault::Break, false);
+}
+
+#[test]
+fn steps_stop_when_max_hold_passes() {
+    scenario(Fault::MaxHold, true);
+}
+
+#[test]
+fn steps_stop_when_the_holder_is_killed() {
+    scenario(Fault::KillHolder, false);
+}
+
+#[test]
+fn steps_stop_when_the_holder_is_stopped() {
+    scenario(Fault::StopHolder, true);
+}
+
+#[test]
+fn steps_stop_when_the_holder_is_cut_off() {
+    scenario(Fault::Partition, false);
+}
+
+#[test]
+fn the_oracle_sees_an_overlap() {
+    let log = "start first 10\nbeat first 10\nstart run 20\nbeat first 10\nend run 20\n";
+    assert_eq!(overlaps(log).len(), 1);
+    let apart = "start first 10\nbeat first 10\nstart run 20\nend run 20\n";
+    assert!(overlaps(apart).is_empty());
+}
+
+/// A step left in the background when the script exits keeps a hold whose
+/// script leads its process group (its own job), as `run` keeps the lock
+/// for what its command leaves running.
+#[test]
+fn a_step_left_running_keeps_the_hold_of_a_script_that_leads_its_group() {
+    let place = Place::new("hold-straggler");
+    let mut cmd = place.bash(
+        r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")" || exit
+        (sleep 1.5; echo done > "$OUT/straggler") > /dev/null 2>&1 &
+        exit 0"#,
+    );
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let out = run_bounded(&mut cmd, LONG);
+    out.assert_code(0);
+    assert!(!place.is_free(place.zk()), "the straggler holds the lock");
+    wait_until(LONG, "the straggler ends", || {
+        place.file("straggler").exists()
+    });
+    place.assert_clean(place.zk());
+}
