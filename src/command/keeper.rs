@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::OFlags;
 use rustix::process::{Pid, Signal};
-use rustix::time::{ClockId, clock_gettime};
 
 use crate::command::signals;
 use crate::command::steps::Steps;
+use crate::values::{monotonic_ns, on_monotonic_clock};
 
 /// argv[1] of the keeper's hidden mode. Not an option clap knows: `main`
 /// checks for it before parsing, and nobody types it by accident.
@@ -235,20 +235,10 @@ fn stop_times(deadline: Instant, kill_after: Duration) -> (Instant, Instant) {
     (deadline + (kill_after / 2).min(LAG), deadline + kill_after)
 }
 
-/// `at` in nanoseconds of CLOCK_MONOTONIC, the clock of `Instant` on Linux
-/// but one another process can read; [`NEVER`] for None.
+/// `at` in nanoseconds of CLOCK_MONOTONIC ([`on_monotonic_clock`]);
+/// [`NEVER`] for None.
 fn on_clock(at: Option<Instant>) -> u64 {
-    let Some(at) = at else { return NEVER };
-    let (clock, now) = (monotonic_ns(), Instant::now());
-    match at.checked_duration_since(now) {
-        Some(ahead) => clock.saturating_add(ahead.as_nanos() as u64),
-        None => clock.saturating_sub(now.duration_since(at).as_nanos() as u64),
-    }
-}
-
-fn monotonic_ns() -> u64 {
-    let now = clock_gettime(ClockId::Monotonic);
-    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
+    at.map_or(NEVER, on_monotonic_clock)
 }
 
 /// The keeper's hidden mode: blocks every signal, says it is ready, then

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use crate::run::nested::follow::{self, Told};
+
 /// What a client asks a holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
@@ -18,6 +20,8 @@ pub enum Request {
     Paths,
     /// Let go of the lock, then answer.
     Release,
+    /// Follow the hold's lease (a nested run: `run::nested::follow`).
+    Lease,
 }
 
 /// How a release went, as the holder answers it.
@@ -120,6 +124,7 @@ impl Control {
             let request = match read.await {
                 Ok(Ok(line)) if line == "paths\n" => Request::Paths,
                 Ok(Ok(line)) if line == "release\n" => Request::Release,
+                Ok(Ok(line)) if line == follow::REQUEST => Request::Lease,
                 _ => continue,
             };
             return (request, Asker(stream));
@@ -163,11 +168,43 @@ impl Asker {
         self.answer(&released.to_line());
     }
 
+    /// Answers a `Lease` request: the follower, told from now on.
+    pub fn following(self) -> Following {
+        Following(self.0)
+    }
+
     /// One short line, far below the socket's buffer: written at once.
     fn answer(self, line: &str) {
         if let Ok(mut stream) = self.0.into_std() {
             let _ = stream.set_nonblocking(false);
             let _ = stream.write_all(line.as_bytes());
+        }
+    }
+}
+
+/// A nested run following the hold's lease.
+pub struct Following(tokio::net::UnixStream);
+
+impl Following {
+    /// Tells it `told`; false once it has hung up. A line is far below the
+    /// socket's buffer: a follower that does not read loses nothing but
+    /// its own lines.
+    pub fn tell(&self, told: &Told) -> bool {
+        self.0.try_write(told.to_line().as_bytes()).is_ok()
+    }
+
+    /// Resolves once it has hung up (its command's group is gone).
+    pub async fn hung_up(&self) {
+        let mut buf = [0u8; 16];
+        loop {
+            if self.0.readable().await.is_err() {
+                return;
+            }
+            match self.0.try_read(&mut buf) {
+                Ok(0) => return,
+                Err(err) if err.kind() != io::ErrorKind::WouldBlock => return,
+                _ => {}
+            }
         }
     }
 }
@@ -206,6 +243,7 @@ fn ask(socket: &Path, request: Request) -> Result<String, Unanswered> {
     let line = match request {
         Request::Paths => "paths\n",
         Request::Release => "release\n",
+        Request::Lease => follow::REQUEST,
     };
     stream.write_all(line.as_bytes()).map_err(Unanswered::Io)?;
     let mut answer = String::new();

@@ -12,7 +12,7 @@ use rustix::process::Signal;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use super::bound::{Binding, Bound, dev_null};
-use super::control::{Control, Released, Request};
+use super::control::{Asker, Control, Following, Released, Request};
 use super::guard::{Guard, POLL};
 use crate::cli::OnLost;
 use crate::command::child::kill_time;
@@ -22,6 +22,7 @@ use crate::lock::holder::HoldBinding;
 use crate::lock::lease;
 use crate::run::acquire::{Taken, abort_signal, take_locks};
 use crate::run::hold::{HeldLock, command_environment, lease_watch};
+use crate::run::nested::follow::Told;
 use crate::run::nested::{Reentry, enter};
 use crate::run::plan::Plan;
 use crate::run::{Event, Outputs, first_token, once};
@@ -115,6 +116,7 @@ pub(super) async fn lifecycle(
             hold.until = until.map(|at| rfc3339(at, Precision::Seconds));
         }
         let acquired = holder.acquired(std::process::id()).to_bytes();
+        let mut followers: Vec<Following> = Vec::new();
         let ended = {
             let watches = std::mem::take(&mut lock.watches);
             let mut lost = pin!(lease_watch(
@@ -124,6 +126,7 @@ pub(super) async fn lifecycle(
             let mut draining = false;
             // The lease hands new deadlines until the lock is lost.
             let mut following = true;
+            // Nested runs in other shells, told each deadline.
             loop {
                 tokio::select! {
                     reason = &mut lost => break Ended::Lost(reason),
@@ -138,15 +141,27 @@ pub(super) async fn lifecycle(
                         ));
                     }
                     signal = abort_signal(signals) => break Ended::Signal(signal),
-                    changed = handed.changed(), if guard.is_some() && following => {
+                    changed = handed.changed(), if following => {
                         following = changed.is_ok();
-                        if let (Some(guard), true) = (&mut guard, following) {
-                            guard.follow(*handed.borrow_and_update());
+                        if following {
+                            let deadline = *handed.borrow_and_update();
+                            if let Some(guard) = &mut guard {
+                                guard.follow(deadline);
+                            }
+                            followers.retain(|f| f.tell(&Told::Deadline(deadline)));
                         }
                     }
                     (request, asker) = control.next() => match request {
                         Request::Paths => asker.paths(&plan.paths),
                         Request::Release => break Ended::Release(asker, None),
+                        Request::Lease => {
+                            let follower = asker.following();
+                            let told = follower.tell(&Told::Owner(owner))
+                                && follower.tell(&Told::Deadline(*handed.borrow()));
+                            if told {
+                                followers.push(follower);
+                            }
+                        }
                     },
                 }
                 let bound = &binding.caller;
@@ -201,11 +216,24 @@ pub(super) async fn lifecycle(
                         (request, asker) = control.next() => match request {
                             Request::Paths => asker.paths(&plan.paths),
                             Request::Release => asker.released(&Released::Lost(why.clone())),
+                            Request::Lease => refuse_follower(asker, owner, &why),
                         },
                     }
                 }
             }
             guard.stand_down();
+        }
+        if !followers.is_empty() {
+            let why = match &ended {
+                Ended::Lost(reason) => reason.to_string(),
+                Ended::Signal(signal) => format!("the holder got signal {signal}"),
+                Ended::BoundExited | Ended::Release(..) => "the hold was released".to_owned(),
+            };
+            // They stop by the lease's rule; their nodes stay until then.
+            let kill_by = kill_time(*handed.borrow(), Instant::now(), policy.kill_after);
+            followers.retain(|f| f.tell(&Told::Lost(why.clone())));
+            let all_gone = futures::future::join_all(followers.iter().map(Following::hung_up));
+            let _ = tokio::time::timeout_at(kill_by + POLL * 5, all_gone).await;
         }
         outputs.emit(Event::Ended {
             exit,
@@ -218,7 +246,7 @@ pub(super) async fn lifecycle(
             // The outcome now, not once the session's end is confirmed.
             outputs.finish(&Ok(exit));
         }
-        anyhow::Ok(Step::Go((exit, ended, control)))
+        anyhow::Ok(Step::Go((exit, ended, control, owner)))
     };
     // Under an enclosing run or hold of the same paths: at once, under its
     // nodes, which are not ours (docs/design.md, "Nested runs"). Every way
@@ -232,7 +260,7 @@ pub(super) async fn lifecycle(
             Step::End(exit) => return Ok(exit),
         },
     };
-    let (exit, ended, control) = match held? {
+    let (exit, ended, control, owner) = match held? {
         Step::Go(held) => held,
         Step::End(skipped) => return Ok(skipped),
     };
@@ -251,7 +279,15 @@ pub(super) async fn lifecycle(
             asker.released(&released);
         }
         Ended::Lost(reason) => {
-            linger(&control, &binding, &mut signals, &reason, &plan.paths).await;
+            linger(
+                &control,
+                &binding,
+                &mut signals,
+                &reason,
+                &plan.paths,
+                owner,
+            )
+            .await;
         }
         Ended::BoundExited | Ended::Signal(_) => {}
     }
@@ -274,13 +310,19 @@ async fn give_up_with(caller: Bound, held: tokio::sync::oneshot::Receiver<()>) {
     }
 }
 
+/// Tells a nested run that asks to follow a hold whose lock is lost so.
+fn refuse_follower(asker: Asker, owner: i64, why: &str) {
+    let follower = asker.following();
+    let _ = follower.tell(&Told::Owner(owner)) && follower.tell(&Told::Lost(why.to_owned()));
+}
+
 /// Why the hold ended.
 enum Ended {
     Lost(lease::LossReason),
     BoundExited,
     Signal(i32),
     /// Asked by `zklock release`; with why the lock was found lost then.
-    Release(super::control::Asker, Option<lease::LossReason>),
+    Release(Asker, Option<lease::LossReason>),
 }
 
 async fn bound_exit(binding: &Binding) {
@@ -299,6 +341,7 @@ async fn linger(
     signals: &mut Signals,
     reason: &str,
     paths: &[&str],
+    owner: i64,
 ) {
     let until = Instant::now() + binding.max_hold.unwrap_or_default().max(LINGER);
     loop {
@@ -308,6 +351,7 @@ async fn linger(
             _ = abort_signal(signals) => return,
             (request, asker) = control.next() => match request {
                 Request::Paths => asker.paths(paths),
+                Request::Lease => refuse_follower(asker, owner, reason),
                 Request::Release => {
                     asker.released(&Released::Lost(reason.to_owned()));
                     return;

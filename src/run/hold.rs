@@ -15,6 +15,7 @@ use super::plan::Plan;
 use super::{Event, Outputs};
 use zklock::zk::burst::Burst;
 
+use super::nested::follow::{Follower, Told};
 use crate::command::child::{self, Child, Prepared};
 use crate::command::signals::Signals;
 use crate::exit::Exit;
@@ -43,9 +44,11 @@ pub(crate) struct HeldLock {
     pub(crate) record: Option<once::Pending>,
 }
 
-/// Spawns the command and supervises it while `lock` holds; then sends the
-/// deletes of our nodes and closeSession right behind them
+/// Spawns the command and supervises it while `lock` holds (and, under a
+/// hold in another shell, while the hold's lease does: `enclosing`); then
+/// sends the deletes of our nodes and closeSession right behind them
 /// (`Session::release`), for the session's scope to await.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run_command(
     plan: &Plan<'_>,
     out: &Outputs,
@@ -54,10 +57,12 @@ pub(super) async fn run_command(
     mut lock: HeldLock,
     env: &[(&'static str, String)],
     prepared: Prepared,
+    enclosing: Option<Follower>,
 ) -> Result<Exit> {
     let policy = lock.policy;
     // Taken right after the lock was confirmed held.
-    let (deadline, handed) = lease::deadline(session.client(), policy);
+    let (deadline, own) = lease::deadline(session.client(), policy);
+    let (handed_to, handed) = tokio::sync::watch::channel(*own.borrow());
     // Before the spawn: a command that then cannot start is this host's
     // failure, pinged and counted as such.
     out.emit(Event::Running);
@@ -66,6 +71,7 @@ pub(super) async fn run_command(
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
     let watches = std::mem::take(&mut lock.watches);
     let lost = lease_watch(plan, out, session, &lock, watches, &deadline, acquired);
+    let lost = earlier_of(lost, own, enclosing, handed_to);
     let report = &plan.report;
     let limits = child::Limits {
         kill_after: policy.kill_after,
@@ -154,6 +160,49 @@ pub(crate) async fn lease_watch(
     match select(pin!(lost), pin!(out.notify.watchdog())).await {
         Either::Left((reason, _)) => reason,
         Either::Right((never, _)) => match never {},
+    }
+}
+
+/// The lock is lost when `lost` says so or, under a hold followed in
+/// another shell, when the hold says so or its lease deadline passes
+/// (docs/design.md, "Holds"); `handed` gets the earlier of the two
+/// deadlines, for the command's supervisor and its keeper.
+async fn earlier_of(
+    lost: impl Future<Output = LossReason>,
+    mut own: tokio::sync::watch::Receiver<tokio::time::Instant>,
+    enclosing: Option<Follower>,
+    handed: tokio::sync::watch::Sender<tokio::time::Instant>,
+) -> LossReason {
+    let mut lost = pin!(lost);
+    let Some(mut hold) = enclosing else {
+        let forward = async {
+            while own.changed().await.is_ok() {
+                let _ = handed.send(*own.borrow_and_update());
+            }
+            std::future::pending().await
+        };
+        return match select(lost, pin!(forward)).await {
+            Either::Left((reason, _)) => reason,
+            Either::Right((never, _)) => never,
+        };
+    };
+    let mut theirs: Option<tokio::time::Instant> = None;
+    let mut following = true;
+    loop {
+        let earlier = theirs.map_or(*own.borrow(), |at| at.min(*own.borrow()));
+        let _ = handed.send(earlier);
+        tokio::select! {
+            reason = &mut lost => return reason,
+            changed = own.changed(), if following => following = changed.is_ok(),
+            told = hold.next() => match told {
+                Told::Deadline(at) => theirs = Some(at),
+                Told::Owner(_) => {}
+                Told::Lost(why) => return format!("the enclosing hold ended: {why}"),
+            },
+            () = tokio::time::sleep_until(theirs.unwrap_or_else(tokio::time::Instant::now)), if theirs.is_some() => {
+                return "the enclosing hold's lease deadline passed".to_owned();
+            }
+        }
     }
 }
 

@@ -96,7 +96,7 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
             ours: true,
             record,
         };
-        let exit = run_command(&plan, out, signals, session, lock, &env, prepared).await?;
+        let exit = run_command(&plan, out, signals, session, lock, &env, prepared, None).await?;
         anyhow::Ok(Step::Go(exit))
     };
     let (ran, closed) = match take_locks(&plan, out, &mut signals, command).await? {

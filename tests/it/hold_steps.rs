@@ -222,3 +222,82 @@ fn a_step_left_running_keeps_the_hold_of_a_script_that_leads_its_group() {
     });
     place.assert_clean(place.zk());
 }
+
+/// A CI step in a shell of its own, under an `--until-released` hold: its
+/// command runs under `zklock run` of the same path (nested: at once under
+/// the hold), which follows the hold's lease, so it stops before the next
+/// holder starts when the holder is killed, stopped or cut off.
+fn nested_scenario(fault: Fault) {
+    let server = shared_server();
+    let proxy = FaultProxy::start(server.addr());
+    let place = Place::at(&proxy.connect_string(), "hold-nested-step");
+    let logs = TempDir::new();
+    let log = logs.path().join("log");
+    std::fs::write(&log, "").unwrap();
+    let hold = place.run(
+        r#""$ZKLOCK" hold --until-released --max-hold 1m --session-timeout 4s --format json \
+            -z "$ZK" "$P""#,
+    );
+    hold.assert_code(0);
+    let vars: HashMap<String, String> = serde_json::from_str(&hold.stdout).unwrap();
+    let step_body = STEP.to_owned() + "\nstep nested";
+    let mut step = place.bash(r#""$ZKLOCK" run -z "$ZK" "$P" -- sh -c "$BODY""#);
+    // Straight to the server: the step is cut off from nothing.
+    step.env("LOG", &log)
+        .env("BODY", &step_body)
+        .envs(&vars)
+        .env("ZK", server.connect_string());
+    let mut step = KillOnDrop(step.spawn().unwrap());
+    wait_until(LONG, "the nested step beats", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("beat nested")
+    });
+    let socket = &vars["ZKLOCK_HOLD"];
+    std::fs::write(place.file("socket"), socket).unwrap();
+    let holder = holder_pid(&place);
+    match fault {
+        Fault::KillHolder => signal(holder, libc::SIGKILL),
+        Fault::StopHolder => signal(holder, libc::SIGSTOP),
+        Fault::Partition => proxy.set_mode(Mode::Blackhole),
+        Fault::Break | Fault::MaxHold => unreachable!(),
+    }
+    let run = run_bounded(
+        zklock()
+            .args(["run", "-w", "30s", "-z", &server.connect_string()])
+            .arg(&place.path)
+            .args(["--", "sh", "-c", RUN])
+            .env("LOG", &log),
+        LONG,
+    );
+    run.assert_code(0);
+    if let Fault::StopHolder = fault {
+        signal(holder, libc::SIGCONT);
+    }
+    proxy.set_mode(Mode::Pass);
+    let status = step.0.wait().unwrap();
+    assert_eq!(status.code(), Some(76), "the nested step lost the lock");
+    let contents = std::fs::read_to_string(&log).unwrap();
+    let found = overlaps(&contents);
+    assert!(
+        found.is_empty(),
+        "{fault:?}: a nested step ran beside the next holder: {found:?}\n{contents}"
+    );
+    let _ = place.run(r#""$ZKLOCK" release "$P""#);
+    place.assert_clean(place.zk());
+}
+
+#[test]
+fn a_nested_step_stops_when_the_holder_is_killed() {
+    nested_scenario(Fault::KillHolder);
+}
+
+#[test]
+fn a_nested_step_stops_when_the_holder_is_stopped() {
+    nested_scenario(Fault::StopHolder);
+}
+
+#[test]
+fn a_nested_step_stops_when_the_holder_is_cut_off() {
+    nested_scenario(Fault::Partition);
+}

@@ -5,6 +5,7 @@
 //! command's group is not the one the enclosing run would kill).
 
 mod claims;
+pub(crate) mod follow;
 
 use anyhow::{Context, Result};
 use zklock::zk;
@@ -45,7 +46,16 @@ pub async fn reenter(plan: &Plan<'_>, out: &Outputs, signals: &mut Signals) -> R
             record: None,
         };
         let prepared = Child::prepare(&plan.argv)?;
-        run_command(plan, out, signals, session, lock, &env, prepared).await
+        // Under a hold, whose lease may end before our session sees its
+        // nodes go (its holder frozen, killed, cut off): followed too.
+        let hold = std::env::var_os("ZKLOCK_HOLD").filter(|socket| !socket.is_empty());
+        let enclosing = match hold {
+            Some(socket) => {
+                follow::Follower::ask(std::path::Path::new(&socket), owner, plan.conflict)?
+            }
+            None => None,
+        };
+        run_command(plan, out, signals, session, lock, &env, prepared, enclosing).await
     };
     match enter(plan, out, signals, command).await? {
         Reentry::Not(_) => Ok(Step::Go(())),

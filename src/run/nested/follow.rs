@@ -1,0 +1,163 @@
+//! A nested run follows the lease of the hold it runs under (docs/design.md,
+//! "Holds"): a step in a shell of its own (a CI step of an
+//! `--until-released` hold) is not among the holder's steps, so the holder
+//! tells it, on its control socket, each lease deadline it has (as
+//! CLOCK_MONOTONIC nanoseconds: the socket is on the same host) and when
+//! the lock is lost. The nested run stops its command by the earlier of
+//! its own lease and the hold's, and its keeper does so if it is frozen;
+//! the holder keeps its nodes until its followers have hung up.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+
+use tokio::net::UnixStream;
+use tokio::time::Instant;
+
+use crate::exit::{Exit, Failure};
+use crate::values::{from_monotonic_clock, on_monotonic_clock};
+
+/// What a holder tells its followers, one line each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Told {
+    /// First: the session that owns the hold's nodes (a nested run follows
+    /// only the hold whose nodes it runs under).
+    Owner(i64),
+    /// The lease deadline moved (later, or earlier on a shorter session).
+    Deadline(Instant),
+    /// The lock is lost (or released): stop.
+    Lost(String),
+}
+
+impl Told {
+    pub(crate) fn to_line(&self) -> String {
+        match self {
+            Told::Owner(session) => format!("owner {session}\n"),
+            Told::Deadline(at) => format!("deadline {}\n", on_monotonic_clock(at.into_std())),
+            Told::Lost(why) => format!("lost {}\n", why.replace(['\n', '\r'], " ")),
+        }
+    }
+
+    pub(crate) fn from_line(line: &str) -> Option<Told> {
+        let line = line.trim_end_matches('\n');
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "owner" => Some(Told::Owner(rest.parse().ok()?)),
+            "deadline" => Some(Told::Deadline(
+                from_monotonic_clock(rest.parse().ok()?).into(),
+            )),
+            "lost" => Some(Told::Lost(rest.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+/// The request line a follower sends.
+pub(crate) const REQUEST: &str = "lease\n";
+
+/// A follower's end of the holder's socket: hung up when dropped.
+pub(crate) struct Follower {
+    stream: UnixStream,
+    /// What was read past the last whole line.
+    pending: Vec<u8>,
+}
+
+impl Follower {
+    /// Asks the holder at `socket` (of our own user) for its lease; None
+    /// when its nodes are not those of session `owner`, the one we run
+    /// under (a run between it and us holds other paths).
+    /// A hold found lost already is `gave_up` (`-E`'s code): the lock
+    /// cannot be had under it.
+    pub(crate) fn ask(socket: &Path, owner: i64, gave_up: Exit) -> Result<Option<Follower>> {
+        let context = || format!("following the hold at {}", socket.display());
+        let mut stream = std::os::unix::net::UnixStream::connect(socket).with_context(context)?;
+        let me = rustix::process::getuid().as_raw();
+        let cred = rustix::net::sockopt::socket_peercred(&stream).with_context(context)?;
+        if cred.uid.as_raw() != me {
+            bail!("{} is not a hold of this user", socket.display());
+        }
+        stream.write_all(REQUEST.as_bytes()).with_context(context)?;
+        // The first line comes at once from a holder that is not frozen.
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .with_context(context)?;
+        let mut read_line = || -> Result<Option<Told>> {
+            let mut line = Vec::new();
+            let mut byte = [0u8];
+            while line.last() != Some(&b'\n') && line.len() < 256 {
+                match std::io::Read::read(&mut stream, &mut byte) {
+                    Ok(1) => line.push(byte[0]),
+                    _ => bail!("{}: the holder does not answer", socket.display()),
+                }
+            }
+            Ok(Told::from_line(&String::from_utf8_lossy(&line)))
+        };
+        if read_line()? != Some(Told::Owner(owner)) {
+            return Ok(None);
+        }
+        let pending = match read_line()? {
+            Some(Told::Lost(why)) => {
+                return Err(Failure::new(
+                    gave_up,
+                    format!("the enclosing hold's lock is lost: {why}"),
+                )
+                .into());
+            }
+            Some(told) => told.to_line().into_bytes(),
+            None => Vec::new(),
+        };
+        stream.set_nonblocking(true).with_context(context)?;
+        Ok(Some(Follower {
+            stream: UnixStream::from_std(stream).with_context(context)?,
+            pending,
+        }))
+    }
+
+    /// The next thing told; a holder gone (or garbled) is a loss.
+    pub(crate) async fn next(&mut self) -> Told {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                let line = String::from_utf8_lossy(&line);
+                return Told::from_line(&line)
+                    .unwrap_or_else(|| Told::Lost(format!("the holder said {line:?}")));
+            }
+            let mut chunk = [0u8; 256];
+            let read = match self.stream.readable().await {
+                Ok(()) => self.stream.try_read(&mut chunk),
+                Err(err) => Err(err),
+            };
+            match read {
+                Ok(0) => return Told::Lost("the holder of the enclosing hold is gone".into()),
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return Told::Lost("the holder of the enclosing hold is gone".into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let at = Instant::now() + std::time::Duration::from_secs(3);
+        let Some(Told::Deadline(back)) = Told::from_line(&Told::Deadline(at).to_line()) else {
+            panic!("not a deadline");
+        };
+        let diff = if back > at { back - at } else { at - back };
+        assert!(diff < std::time::Duration::from_millis(5), "{diff:?}");
+        assert_eq!(
+            Told::from_line(&Told::Lost("a\nb".into()).to_line()),
+            Some(Told::Lost("a b".into()))
+        );
+        assert_eq!(Told::from_line("nonsense"), None);
+        assert_eq!(
+            Told::from_line(&Told::Owner(0x1000a).to_line()),
+            Some(Told::Owner(0x1000a))
+        );
+    }
+}
