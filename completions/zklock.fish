@@ -103,8 +103,8 @@ complete -c zklock -n "__fish_zklock_using_subcommand hold" -l ping -d 'Health-c
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -l format -d 'How to print the variables: `sh` (export lines for eval), `json` (one object), or `github-env` (lines for "$GITHUB_ENV")' -r -f -a "sh\t''
 json\t''
 github-env\t''"
-complete -c zklock -n "__fish_zklock_using_subcommand hold" -l max-hold -d 'Release the lock after DURATION at the latest (`1h`); with the calling process still running, that counts as losing the lock' -r -f
-complete -c zklock -n "__fish_zklock_using_subcommand hold" -l on-lost -d 'What a lost lock does to the calling process: `term` sends it SIGTERM (the default when bound to it), `none` leaves it alone (the default with --until-released; `zklock release` then exits 76)' -r -f -a "term\t''
+complete -c zklock -n "__fish_zklock_using_subcommand hold" -l max-hold -d 'Release the lock after DURATION at the latest (`1h`); with steps still running, that counts as losing the lock (they are stopped)' -r -f
+complete -c zklock -n "__fish_zklock_using_subcommand hold" -l on-lost -d 'What a lost lock does to the steps: `term` stops them, TERM then KILL after --kill-after, before the lock is released (the default when bound to the calling process); `none` leaves them alone (the default with --until-released; `zklock release` then exits 76)' -r -f -a "term\t''
 none\t''"
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s x -l exclusive -d 'Take an exclusive lock (the default): no other holder of any kind'
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s s -l shared -d 'Take a shared (read) lock: other readers may hold it at the same time, exclusive and write holders may not'

@@ -7,12 +7,21 @@ use super::run::LockArgs;
 use crate::values::{LockPath, Seconds};
 
 pub const HOLD_HELP: &str = "\
-Printed on stdout once the lock is held (nothing otherwise), for the shell:
+Printed on stdout once the lock is held, for the shell:
   ZKLOCK_HOLD           the hold, for `zklock release`
   ZKLOCK_PATH, ZKLOCK_NODE, ZKLOCK_FENCING_TOKEN, ZKLOCK_SESSION_ID
                         as `zklock run` gives its command
+When it does not hold, --format sh prints `(exit N)` (not at a terminal), so
+that the eval fails with zklock's status: use `set -e`, or
+`eval \"$(zklock hold ...)\" || exit`.
 
-A zklock run or hold inside the hold on the same paths runs at once under it.";
+The hold's steps are the script's shell and what it runs (its whole process
+group when it leads one): a lost lock, --max-hold or a signal to the holder
+stops them (TERM, KILL after --kill-after) before the lock is released, and
+a keeper stops them should the holder be killed or frozen.
+
+A zklock run or hold inside the hold on the same paths runs at once under it;
+such a run in another shell (a CI step) follows the hold's lease.";
 
 #[derive(Debug, Args)]
 #[command(override_usage = "eval \"$(zklock hold [OPTIONS] PATH...)\"")]
@@ -31,13 +40,14 @@ pub struct HoldArgs {
     #[arg(long, requires = "max_hold")]
     pub until_released: bool,
 
-    /// Release the lock after DURATION at the latest (`1h`); with the
-    /// calling process still running, that counts as losing the lock.
+    /// Release the lock after DURATION at the latest (`1h`); with steps
+    /// still running, that counts as losing the lock (they are stopped).
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     pub max_hold: Option<Seconds>,
 
-    /// What a lost lock does to the calling process: `term` sends it
-    /// SIGTERM (the default when bound to it), `none` leaves it alone (the
+    /// What a lost lock does to the steps: `term` stops them, TERM then
+    /// KILL after --kill-after, before the lock is released (the default
+    /// when bound to the calling process); `none` leaves them alone (the
     /// default with --until-released; `zklock release` then exits 76).
     #[arg(long, value_name = "ACTION", value_enum)]
     pub on_lost: Option<OnLost>,

@@ -44,11 +44,11 @@ pub enum Command {
     /// Waits as `zklock run` does, then prints shell assignments of
     /// ZKLOCK_* and returns, while a holder process keeps the lock: until
     /// the calling process (the script's shell) exits, however it exits, or
-    /// until `zklock release`. A lost lock sends the calling process
-    /// SIGTERM (--on-lost).
+    /// until `zklock release`. A lost lock stops the script's steps before
+    /// another holder can start (--on-lost).
     ///
     /// Examples:
-    ///   eval "$(zklock hold /locks/deploy)"; ./migrate.sh; zklock release
+    ///   eval "$(zklock hold /locks/deploy)" || exit; ./migrate.sh; zklock release
     ///   zklock hold --until-released --max-hold 1h --format github-env \
     ///       /locks/deploy >> "$GITHUB_ENV"
     #[command(after_help = format!("{HOLD_HELP}\n\n{}", help(exit::HOLD)), verbatim_doc_comment)]
