@@ -12,9 +12,11 @@
 
 use std::collections::HashMap;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::harness::{
-    FaultProxy, KillOnDrop, Mode, TempDir, run_bounded, shared_server, signal, wait_until,
+    FaultProxy, KillOnDrop, Mode, TempDir, ZkServer, run_bounded, shared_server, signal,
+    wait_until,
 };
 use crate::hold::{LONG, Place};
 
@@ -71,13 +73,16 @@ enum Fault {
     KillHolder,
     StopHolder,
     Partition,
+    /// ZooKeeper down past the lease deadline, then back.
+    Restart,
 }
 
 /// The scenario: a script holds the lock (bound to it, 4 s sessions) and
 /// runs its steps; the fault comes once the first step beats; a `zklock
 /// run` then waits for the lock and runs. No step may overlap the run.
 fn scenario(fault: Fault, own_group: bool) {
-    let server = shared_server();
+    let mut own = matches!(fault, Fault::Restart).then(ZkServer::start);
+    let server = own.as_ref().unwrap_or_else(|| shared_server());
     let proxy = FaultProxy::start(server.addr());
     let connect = match fault {
         Fault::Partition => proxy.connect_string(),
@@ -127,7 +132,14 @@ fn scenario(fault: Fault, own_group: bool) {
         Fault::KillHolder => signal(holder, libc::SIGKILL),
         Fault::StopHolder => signal(holder, libc::SIGSTOP),
         Fault::Partition => proxy.set_mode(Mode::Blackhole),
+        Fault::Restart => {
+            let server = own.as_mut().unwrap();
+            server.stop();
+            std::thread::sleep(Duration::from_secs(5));
+            server.start_again();
+        }
     }
+    let server = own.as_ref().unwrap_or_else(|| shared_server());
     let run = run_bounded(
         zklock()
             .args(["run", "-w", "30s", "-z", &server.connect_string()])
@@ -192,6 +204,11 @@ fn steps_stop_when_the_holder_is_stopped() {
 #[test]
 fn steps_stop_when_the_holder_is_cut_off() {
     scenario(Fault::Partition, false);
+}
+
+#[test]
+fn steps_stop_when_zookeeper_is_down_past_the_lease() {
+    scenario(Fault::Restart, true);
 }
 
 #[test]
@@ -260,7 +277,7 @@ fn nested_scenario(fault: Fault) {
         Fault::KillHolder => signal(holder, libc::SIGKILL),
         Fault::StopHolder => signal(holder, libc::SIGSTOP),
         Fault::Partition => proxy.set_mode(Mode::Blackhole),
-        Fault::Break | Fault::MaxHold => unreachable!(),
+        Fault::Break | Fault::MaxHold | Fault::Restart => unreachable!(),
     }
     let run = run_bounded(
         zklock()
