@@ -5,9 +5,11 @@
 //! fork it otherwise (a redirection, `|| exit`, an ERR trap with `set -E`,
 //! a function, a pipeline). Such a subshell writes its stdout into a pipe
 //! its parent reads, and is a fork of that parent (the same command line):
-//! the hold goes up past it. A wrapper that waits for zklock and then ends
-//! (`timeout`, `sudo`) is passed over inside a substitution the same way,
-//! and refused outside one, where nothing shows who runs the steps.
+//! the hold goes up to the process that reads what zklock prints, past
+//! any subshell or wrapper (`sh -c`, `timeout`) in between. Otherwise it
+//! goes up from its parent past a substitution's subshells (a pipeline's
+//! stage inside one), and refuses a wrapper that waits for zklock and then
+//! ends (`timeout`, `sudo`): nothing then shows who runs the steps.
 
 use std::os::fd::OwnedFd;
 
@@ -50,42 +52,68 @@ pub fn is_wrapper(name: &str) -> bool {
 /// seen (its child, whose pidfd we hold, still had it as its parent).
 pub fn bound_process() -> Result<(i32, OwnedFd)> {
     let me = rustix::process::getpid().as_raw_pid();
-    let mut child = seen(me).context("reading this process in /proc")?;
-    let mut child_fd = pidfd(me)?;
-    loop {
-        let parent_pid = child.ppid;
-        let parent_fd = pidfd(parent_pid)?;
-        // Still the child's parent after the pidfd was taken: it is the
-        // process the pidfd names, not a later one with its pid.
-        let parent = seen(parent_pid);
-        let still = Stat::of(child.pid).is_some_and(|s| s.ppid == parent_pid) && alive(&child_fd);
-        let Some(parent) = parent.filter(|_| still) else {
-            return Err(Failure::usage(
-                "the process that called zklock hold has exited",
-            ));
-        };
-        let goes_on = child.pid != me
-            && parent.ppid > 0
-            && passes_over(&child, &parent, reads_pipe(parent_pid, &child));
-        if !goes_on {
-            if child.pid == me {
-                // Our parent, unless it is about to end.
-                if is_wrapper(&parent.name) && !reads_pipe(parent.ppid, &parent) {
-                    return Err(Failure::usage(format!(
-                        "zklock hold is run by {} (pid {}), which ends with it: the hold \
-                         would end at once. Call zklock hold from the script's shell itself \
-                         (-w bounds the wait)",
-                        parent.name, parent.pid
-                    )));
-                }
-                child = parent;
-                child_fd = parent_fd;
-                continue;
-            }
-            return Ok((child.pid, child_fd));
+    let me = (
+        seen(me).context("reading this process in /proc")?,
+        pidfd(me)?,
+    );
+    if let Some(reader) = reader_of_our_output(&me)? {
+        return Ok(reader);
+    }
+    let (mut child, mut child_fd) = up(&me.0, &me.1)?;
+    if is_wrapper(&child.name) {
+        return Err(Failure::usage(format!(
+            "zklock hold is run by {} (pid {}), which ends with it: the hold would end \
+             at once. Call zklock hold from the script's shell itself (-w bounds the wait)",
+            child.name, child.pid
+        )));
+    }
+    while child.ppid > 1 {
+        let (parent, parent_fd) = up(&child, &child_fd)?;
+        let reads = child
+            .stdout_pipe
+            .as_ref()
+            .is_some_and(|pipe| reads_pipe(parent.pid, pipe));
+        if !passes_over(&child, &parent, reads) {
+            break;
         }
-        child = parent;
-        child_fd = parent_fd;
+        (child, child_fd) = (parent, parent_fd);
+    }
+    Ok((child.pid, child_fd))
+}
+
+/// The ancestor that reads what we print, when our stdout is a pipe: the
+/// shell of `eval "$(zklock hold ...)"` or `vars=$(...)`, however many
+/// subshells and wrappers stand between it and us (`sh -c`, `timeout`).
+fn reader_of_our_output(me: &(Seen, OwnedFd)) -> Result<Option<(i32, OwnedFd)>> {
+    let Some(pipe) = &me.0.stdout_pipe else {
+        return Ok(None);
+    };
+    let (mut child, mut child_fd) = (me.0.clone(), me.1.try_clone()?);
+    for _ in 0..64 {
+        if child.ppid <= 1 {
+            break;
+        }
+        let (parent, parent_fd) = up(&child, &child_fd)?;
+        if reads_pipe(parent.pid, pipe) {
+            return Ok(Some((parent.pid, parent_fd)));
+        }
+        (child, child_fd) = (parent, parent_fd);
+    }
+    Ok(None)
+}
+
+/// `child`'s parent, with a pidfd on it taken while `child` (alive, behind
+/// `child_fd`) still had it as its parent: the pidfd names that process,
+/// not a later one with its pid.
+fn up(child: &Seen, child_fd: &OwnedFd) -> Result<(Seen, OwnedFd)> {
+    let parent_fd = pidfd(child.ppid)?;
+    let parent = seen(child.ppid);
+    let still = Stat::of(child.pid).is_some_and(|s| s.ppid == child.ppid) && alive(child_fd);
+    match parent.filter(|_| still) {
+        Some(parent) => Ok((parent, parent_fd)),
+        None => Err(Failure::usage(
+            "the process that called zklock hold has exited",
+        )),
     }
 }
 
@@ -121,18 +149,29 @@ fn seen(pid: i32) -> Option<Seen> {
     })
 }
 
-/// Whether `reader` has the pipe `process` writes its stdout to open (so
-/// it waits for what `process` prints: a command substitution).
-fn reads_pipe(reader: i32, process: &Seen) -> bool {
-    let Some(pipe) = &process.stdout_pipe else {
-        return false;
-    };
+/// Whether `reader` has the read end of `pipe` (`pipe:[INODE]`) open: it
+/// waits for what is written there (a command substitution). Subshells
+/// between hold the write end, as their stdout.
+fn reads_pipe(reader: i32, pipe: &str) -> bool {
     let Ok(fds) = std::fs::read_dir(format!("/proc/{reader}/fd")) else {
         return false;
     };
     fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path()).is_ok_and(|link| link.to_str() == Some(pipe.as_str()))
+        let same = std::fs::read_link(fd.path()).is_ok_and(|link| link.to_str() == Some(pipe));
+        same && read_only(reader, &fd.file_name().to_string_lossy())
     })
+}
+
+/// Whether descriptor `fd` of `pid` is open for reading only (its flags in
+/// /proc/PID/fdinfo, octal).
+fn read_only(pid: i32, fd: &str) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+        return false;
+    };
+    info.lines()
+        .find_map(|line| line.strip_prefix("flags:"))
+        .and_then(|flags| u32::from_str_radix(flags.trim(), 8).ok())
+        .is_some_and(|flags| flags & 0o3 == 0)
 }
 
 #[cfg(test)]

@@ -15,8 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::{
-    FaultProxy, KillOnDrop, Mode, TempDir, ZkServer, run_bounded, shared_server, signal,
-    wait_until,
+    FaultProxy, KillOnDrop, Mode, TempDir, ZkServer, run_bounded, shared_server, signal, wait_until,
 };
 use crate::hold::{LONG, Place};
 
