@@ -116,7 +116,10 @@ pub fn stop_the_script(exit: Exit) {
 /// Whether a command line clap refused is a `zklock hold` printing for
 /// `eval` (no `--format` other than `sh` in it).
 pub fn for_eval_in_args() -> bool {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
     let hold = args.iter().position(|arg| arg == "hold");
     hold.is_some_and(|at| {
         let rest = &args[at..];
