@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use rustix::process::Signal;
 use tokio::io::unix::AsyncFd;
 
+use super::owner::Owner;
 use crate::cli::OnLost;
 
 /// What the hold is bound to.
@@ -18,6 +19,8 @@ pub(super) struct Binding {
     pub(super) bound: Option<Bound>,
     pub(super) max_hold: Option<Duration>,
     pub(super) on_lost: OnLost,
+    /// Whose the hold is, for `zklock release PATH`.
+    pub(super) owner: Owner,
 }
 
 pub(super) struct Bound {

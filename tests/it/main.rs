@@ -25,6 +25,8 @@ mod hold;
 mod hold_faults;
 mod hold_formats;
 mod hold_outputs;
+mod hold_release;
+mod hold_runtime;
 mod hold_terminal;
 mod holder_data;
 mod holder_message;
