@@ -81,7 +81,7 @@ fn the_holder_is_named_and_keeps_none_of_the_callers_descriptors() {
     let pid = holder_pid(&socket).unwrap();
     // `ps` names it.
     assert_eq!(
-        read(&format!("/proc/{pid}/comm").as_ref()).trim(),
+        read(format!("/proc/{pid}/comm").as_ref()).trim(),
         "zklock-holder"
     );
     place
