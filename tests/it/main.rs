@@ -24,6 +24,7 @@ mod harness_selftest;
 mod hold;
 mod hold_faults;
 mod hold_formats;
+mod hold_make;
 mod hold_outputs;
 mod hold_release;
 mod hold_runtime;
