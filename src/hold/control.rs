@@ -194,9 +194,9 @@ pub enum Unanswered {
 /// what it knows.
 pub const PATHS_DEADLINE: Duration = Duration::from_secs(2);
 
-/// How long a holder may take to answer `Release`: time for a read, the
-/// deletes and the session's close, each bounded by the holder, while
-/// ZooKeeper does not answer.
+/// How long a holder may take to answer `Release`: time for a read, then
+/// the deletes and the session's close (bounded by the holder), while
+/// ZooKeeper answers slowly.
 pub const RELEASE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The client's end: asks the holder at `socket` and reads its one-line
