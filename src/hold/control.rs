@@ -6,7 +6,7 @@
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -203,7 +203,8 @@ pub const RELEASE_DEADLINE: Duration = Duration::from_secs(30);
 /// answer (for a release, once ZooKeeper answered the delete) within
 /// `deadline`.
 fn ask(socket: &Path, request: Request, deadline: Duration) -> Result<String, Unanswered> {
-    let stream = connect(socket, deadline).map_err(|err| match err.kind() {
+    let until = Instant::now() + deadline;
+    let stream = connect(socket, until).map_err(|err| match err.kind() {
         io::ErrorKind::NotFound => Unanswered::NoHold,
         io::ErrorKind::ConnectionRefused => {
             forget_stale(socket);
@@ -234,8 +235,10 @@ fn ask(socket: &Path, request: Request, deadline: Duration) -> Result<String, Un
     (&stream)
         .write_all(line.as_bytes())
         .map_err(Unanswered::Io)?;
+    // What is left of the deadline (never zero: that would be none).
+    let left = until.saturating_duration_since(Instant::now());
     stream
-        .set_read_timeout(Some(deadline))
+        .set_read_timeout(Some(left.max(Duration::from_millis(1))))
         .map_err(Unanswered::Io)?;
     let mut answer = String::new();
     BufReader::new(&stream)
@@ -248,12 +251,11 @@ fn ask(socket: &Path, request: Request, deadline: Duration) -> Result<String, Un
     Ok(answer)
 }
 
-/// Connects within `deadline`: a holder that stopped accepting has a full
+/// Connects by `until`: a holder that stopped accepting has a full
 /// backlog, and a blocking connect would wait for it for ever (a
 /// non-blocking one says EAGAIN, and is tried again).
-fn connect(socket: &Path, deadline: Duration) -> io::Result<UnixStream> {
+fn connect(socket: &Path, until: Instant) -> io::Result<UnixStream> {
     let address = rustix::net::SocketAddrUnix::new(socket)?;
-    let until = std::time::Instant::now() + deadline;
     loop {
         let fd = rustix::net::socket_with(
             rustix::net::AddressFamily::UNIX,
@@ -267,7 +269,7 @@ fn connect(socket: &Path, deadline: Duration) -> io::Result<UnixStream> {
                 stream.set_nonblocking(false)?;
                 return Ok(stream);
             }
-            Err(rustix::io::Errno::AGAIN) if std::time::Instant::now() < until => {
+            Err(rustix::io::Errno::AGAIN) if Instant::now() < until => {
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(err) => return Err(err.into()),

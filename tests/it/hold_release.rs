@@ -3,6 +3,7 @@
 //! outside CI of the same session; a holder that takes the connection and
 //! never answers costs a deadline and a one-line 69.
 
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 
 use crate::harness::{Scene, signal, wait_until};
@@ -73,10 +74,17 @@ fn a_socket_that_never_answers_costs_a_deadline_not_a_hang() {
     let dir = place.runtime_dir();
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    // Listening, never accepting: a connect succeeds, nothing answers.
+    // Listening, never accepting, with a backlog of one: the first connect
+    // succeeds and nothing answers; the backlog is then full, and a
+    // blocking connect would wait for ever (a holder stopped long enough).
     let socket = dir.join("hold-1.sock");
-    let _listener = UnixListener::bind(&socket).unwrap();
-    let out = place.run(r#"ZKLOCK_RELEASE_DEADLINE=1s ZKLOCK_HOLD="$(ls "$XDG_RUNTIME_DIR"/zklock/*.sock)" "$ZKLOCK" release"#);
+    let listener = UnixListener::bind(&socket).unwrap();
+    // SAFETY: listen(2) again, on a descriptor the listener owns and keeps
+    // open, only changes its backlog.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    let by_variable = r#"ZKLOCK_RELEASE_DEADLINE=1s ZKLOCK_HOLD="$XDG_RUNTIME_DIR/zklock/hold-1.sock" \
+        "$ZKLOCK" release"#;
+    let out = place.run(by_variable);
     out.assert_code(69);
     assert!(
         out.one_error_line().contains("no answer from the holder"),
@@ -92,6 +100,8 @@ fn a_socket_that_never_answers_costs_a_deadline_not_a_hang() {
         "{}",
         out.stderr
     );
+    place.run(by_variable).assert_code(69);
+    drop(listener);
 }
 
 #[test]
