@@ -114,7 +114,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand hold" -l supersede -d 'Whe
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -l ping-skipped -d 'With --ping: a host that does not run the command because the lock is held elsewhere or the job ran successfully recently (exit as -E) sends a plain URL ping too (a heartbeat from every host). A host that skips because the last run failed (--retry-after) sends nothing, so the check stays failed: the failing host reported it once'
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s v -l verbose -d 'Report the connection, the queue position and who holds the lock'
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s q -l quiet -d 'Print errors only'
-complete -c zklock -n "__fish_zklock_using_subcommand hold" -l until-released -d 'Hold the lock until `zklock release` (from any shell of this user on this host), not only while the calling process lives: for CI jobs whose steps are separate shells. Needs --max-hold'
+complete -c zklock -n "__fish_zklock_using_subcommand hold" -l until-released -d 'Hold the lock until `zklock release` (by ZKLOCK_HOLD, or by PATH from the same CI job or session on this host), not only while the calling process lives: for CI jobs whose steps are separate shells. Needs --max-hold'
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s V -l version -d 'Print version'
 complete -c zklock -n "__fish_zklock_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -34,9 +34,10 @@ pub struct HoldArgs {
     #[arg(long, value_name = "FORMAT", value_enum, default_value_t = Format::Sh)]
     pub format: Format,
 
-    /// Hold the lock until `zklock release` (from any shell of this user on
-    /// this host), not only while the calling process lives: for CI jobs
-    /// whose steps are separate shells. Needs --max-hold.
+    /// Hold the lock until `zklock release` (by ZKLOCK_HOLD, or by PATH from
+    /// the same CI job or session on this host), not only while the calling
+    /// process lives: for CI jobs whose steps are separate shells. Needs
+    /// --max-hold.
     #[arg(long, requires = "max_hold")]
     pub until_released: bool,
 
@@ -78,8 +79,9 @@ impl HoldArgs {
 
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// The lock path of this user's hold on this host to release. Default:
-    /// the hold named by ZKLOCK_HOLD in the environment.
+    /// The lock path of the hold to release: one of this CI job, or outside
+    /// CI of this session, on this host. Default: the hold named by
+    /// ZKLOCK_HOLD in the environment.
     #[arg(value_name = "PATH")]
     pub path: Option<LockPath>,
 }

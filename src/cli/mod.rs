@@ -56,8 +56,10 @@ pub enum Command {
 
     /// Release a lock taken by `zklock hold`, and wait for ZooKeeper's answer.
     ///
-    /// Without PATH, the hold named by ZKLOCK_HOLD; with PATH, this user's
-    /// hold of PATH on this host (from any shell: a CI job's last step).
+    /// Without PATH, the hold named by ZKLOCK_HOLD; with PATH, the hold of
+    /// PATH on this host taken by the same CI job (a job's last step), or
+    /// outside CI in the same session (terminal, cron job, service). The
+    /// holder must answer within 30s (69 otherwise).
     ///
     /// Examples:
     ///   zklock release

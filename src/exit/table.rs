@@ -183,7 +183,16 @@ pub const RELEASE: &[Row] = &[
         &[Exit::LockLost],
         "the lock had been lost before the release (the reason is printed)",
     ),
-    row(&[Exit::Usage], "usage error, or no such hold"),
+    row(
+        &[Exit::Usage],
+        "usage error, or no such hold (by PATH: none of this CI job, or \
+         outside CI of this session)",
+    ),
+    row(
+        &[Exit::Unavailable],
+        "the holder did not answer within the deadline (stopped or stuck): \
+         the hold may still be held",
+    ),
     row(&[Exit::NoPermission], "the hold is another user's"),
     SOFTWARE,
 ];

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::io::unix::AsyncFd;
 
+use super::owner::Owner;
 use crate::cli::OnLost;
 
 /// What the hold is bound to.
@@ -19,6 +20,8 @@ pub(super) struct Binding {
     pub(super) until_released: bool,
     pub(super) max_hold: Option<Duration>,
     pub(super) on_lost: OnLost,
+    /// Whose the hold is, for `zklock release PATH`.
+    pub(super) owner: Owner,
 }
 
 impl Binding {

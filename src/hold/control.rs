@@ -4,12 +4,15 @@
 //! request per connection, one line each way.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::owner::Owner;
+use super::runtime;
 
 use crate::run::nested::follow::{self, Told};
 
@@ -61,47 +64,29 @@ fn one_line(text: &str) -> String {
     text.replace(['\n', '\r'], " ")
 }
 
-/// This user's runtime directory for holds: `$XDG_RUNTIME_DIR/zklock`, or
-/// `/tmp/zklock-UID`; created (mode 0700) when `create`. Refused unless it
-/// is a directory (not a link) that we own, with no access for others:
-/// another user must not be able to put a socket of theirs in our place.
-pub fn runtime_dir(create: bool) -> Result<PathBuf> {
-    let uid = rustix::process::getuid().as_raw();
-    let dir = dir_path();
-    if create {
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(err).context(format!("creating {}", dir.display())),
-        }
-    }
-    let meta = std::fs::symlink_metadata(&dir).context(format!("reading {}", dir.display()))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        bail!(
-            "{} is not a directory of uid {uid} with mode 0700: refusing to use it for holds",
-            dir.display()
-        );
-    }
-    Ok(dir)
-}
-
 /// The holder's end: the socket, removed when dropped.
 pub struct Control {
     path: PathBuf,
     listener: tokio::net::UnixListener,
+    owner: Owner,
 }
 
 impl Control {
     /// Listens on a socket of the runtime directory named after this
-    /// process (one holder per process).
-    pub fn bind() -> Result<Control> {
-        let dir = runtime_dir(true)?;
+    /// process (one holder per process); `owner` is the hold's, which
+    /// `Paths` answers.
+    pub fn bind(owner: Owner) -> Result<Control> {
+        let dir = runtime::for_holder()?;
         let path = dir.join(format!("hold-{}.sock", std::process::id()));
         // A socket left by a holder with this pid that was killed.
         let _ = std::fs::remove_file(&path);
         let listener = tokio::net::UnixListener::bind(&path)
             .context(format!("listening on {}", path.display()))?;
-        Ok(Control { path, listener })
+        Ok(Control {
+            path,
+            listener,
+            owner,
+        })
     }
 
     /// The socket's path: the hold's name (`ZKLOCK_HOLD`).
@@ -127,7 +112,11 @@ impl Control {
                 Ok(Ok(line)) if line == follow::REQUEST => Request::Lease,
                 _ => continue,
             };
-            return (request, Asker(stream));
+            let asker = Asker {
+                stream,
+                owner: self.owner.clone(),
+            };
+            return (request, asker);
         }
     }
 }
@@ -155,12 +144,21 @@ async fn read_line(stream: &tokio::net::UnixStream) -> io::Result<String> {
 }
 
 /// The client that asked, waiting for its answer.
-pub struct Asker(tokio::net::UnixStream);
+pub struct Asker {
+    stream: tokio::net::UnixStream,
+    owner: Owner,
+}
 
 impl Asker {
-    /// Answers a `Paths` request. A client gone is no matter.
+    /// Answers a `Paths` request: the paths held and the hold's owner, one
+    /// JSON object. A client gone is no matter.
     pub fn paths(self, paths: &[&str]) {
-        self.answer(&format!("{}\n", serde_json::json!(paths)));
+        let held = Held {
+            paths: paths.iter().map(|path| (*path).to_owned()).collect(),
+            owner: self.owner.as_str().to_owned(),
+        };
+        let line = serde_json::to_string(&held).unwrap_or_default();
+        self.answer(&format!("{line}\n"));
     }
 
     /// Answers a `Release` request.
@@ -170,12 +168,12 @@ impl Asker {
 
     /// Answers a `Lease` request: the follower, told from now on.
     pub fn following(self) -> Following {
-        Following(self.0)
+        Following(self.stream)
     }
 
     /// One short line, far below the socket's buffer: written at once.
     fn answer(self, line: &str) {
-        if let Ok(mut stream) = self.0.into_std() {
+        if let Ok(mut stream) = self.stream.into_std() {
             let _ = stream.set_nonblocking(false);
             let _ = stream.write_all(line.as_bytes());
         }
@@ -209,6 +207,13 @@ impl Following {
     }
 }
 
+/// The answer to `Paths`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Held {
+    paths: Vec<String>,
+    owner: String,
+}
+
 /// Why a client got no answer.
 #[derive(Debug)]
 pub enum Unanswered {
@@ -216,18 +221,33 @@ pub enum Unanswered {
     NoHold,
     /// The socket belongs to another user, or the answer was garbled.
     Refused(String),
+    /// The holder took the connection but did not answer within this
+    /// deadline (stopped, or stuck).
+    NoAnswer(Duration),
     Io(io::Error),
 }
 
+/// How long a holder may take to answer `Paths`: it answers at once, from
+/// what it knows.
+pub const PATHS_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a holder may take to answer `Release`: time for a read, then
+/// the deletes and the session's close (bounded by the holder), while
+/// ZooKeeper answers slowly.
+pub const RELEASE_DEADLINE: Duration = Duration::from_secs(30);
+
 /// The client's end: asks the holder at `socket` and reads its one-line
-/// answer (for a release, once ZooKeeper answered the delete).
-fn ask(socket: &Path, request: Request) -> Result<String, Unanswered> {
-    let mut stream = UnixStream::connect(socket).map_err(|err| match err.kind() {
+/// answer (for a release, once ZooKeeper answered the delete) within
+/// `deadline`.
+fn ask(socket: &Path, request: Request, deadline: Duration) -> Result<String, Unanswered> {
+    let until = Instant::now() + deadline;
+    let stream = connect(socket, until).map_err(|err| match err.kind() {
         io::ErrorKind::NotFound => Unanswered::NoHold,
         io::ErrorKind::ConnectionRefused => {
             forget_stale(socket);
             Unanswered::NoHold
         }
+        io::ErrorKind::WouldBlock => Unanswered::NoAnswer(deadline),
         _ => Unanswered::Io(err),
     })?;
     let me = rustix::process::getuid().as_raw();
@@ -245,11 +265,23 @@ fn ask(socket: &Path, request: Request) -> Result<String, Unanswered> {
         Request::Release => "release\n",
         Request::Lease => follow::REQUEST,
     };
-    stream.write_all(line.as_bytes()).map_err(Unanswered::Io)?;
-    let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
+    let timed_out = |err: io::Error| match err.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Unanswered::NoAnswer(deadline),
+        _ => Unanswered::Io(err),
+    };
+    // The request is a few bytes: its write never waits for the holder.
+    (&stream)
+        .write_all(line.as_bytes())
         .map_err(Unanswered::Io)?;
+    // What is left of the deadline (never zero: that would be none).
+    let left = until.saturating_duration_since(Instant::now());
+    stream
+        .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .map_err(Unanswered::Io)?;
+    let mut answer = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut answer)
+        .map_err(timed_out)?;
     if answer.is_empty() {
         // The holder ended between our connect and its answer.
         return Err(Unanswered::NoHold);
@@ -257,54 +289,105 @@ fn ask(socket: &Path, request: Request) -> Result<String, Unanswered> {
     Ok(answer)
 }
 
+/// Connects by `until`: a holder that stopped accepting has a full
+/// backlog, and a blocking connect would wait for it for ever (a
+/// non-blocking one says EAGAIN, and is tried again).
+fn connect(socket: &Path, until: Instant) -> io::Result<UnixStream> {
+    let address = rustix::net::SocketAddrUnix::new(socket)?;
+    loop {
+        let fd = rustix::net::socket_with(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+            None,
+        )?;
+        match rustix::net::connect(&fd, &address) {
+            Ok(()) => {
+                let stream = UnixStream::from(fd);
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(rustix::io::Errno::AGAIN) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
 /// Removes a socket nobody listens on (its holder was killed), if it is in
-/// our runtime directory: nothing is left there.
+/// a runtime directory of ours: nothing is left there.
 fn forget_stale(socket: &Path) {
-    let ours = runtime_dir(false).ok();
-    if ours.is_some() && socket.parent() == ours.as_deref() {
+    if socket.parent().is_some_and(runtime::is_ours) {
         let _ = std::fs::remove_file(socket);
     }
 }
 
-/// Asks the holder at `socket` to release.
-pub fn release(socket: &Path) -> Result<Released, Unanswered> {
-    let answer = ask(socket, Request::Release)?;
+/// Asks the holder at `socket` to release, within `deadline`.
+pub fn release(socket: &Path, deadline: Duration) -> Result<Released, Unanswered> {
+    let answer = ask(socket, Request::Release, deadline)?;
     Released::from_line(&answer)
         .ok_or_else(|| Unanswered::Refused(format!("unexpected answer {answer:?}")))
 }
 
-/// This user's holds of `path` on this host: their sockets.
-pub fn holds_of(path: &str) -> Result<Vec<PathBuf>> {
-    if !dir_path().exists() {
-        return Ok(Vec::new());
-    }
-    let dir = runtime_dir(false)?;
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(&dir).context(format!("listing {}", dir.display()))? {
-        let socket = entry?.path();
-        if socket.extension().is_none_or(|ext| ext != "sock") {
-            continue;
+/// This user's holds of a path on this host, by owner.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Those of `owner`: their sockets.
+    pub ours: Vec<PathBuf>,
+    /// How many are another owner's.
+    pub others: usize,
+    /// Holders that did not answer within [`PATHS_DEADLINE`]: their
+    /// sockets.
+    pub unanswered: Vec<PathBuf>,
+}
+
+/// This user's holds of `path` on this host, asking every socket of our
+/// runtime directories at once: a stopped holder costs [`PATHS_DEADLINE`]
+/// once.
+pub fn holds_of(path: &str, owner: &Owner) -> Result<Found> {
+    let mut sockets = Vec::new();
+    for dir in runtime::searched() {
+        for entry in std::fs::read_dir(&dir).context(format!("listing {}", dir.display()))? {
+            let socket = entry?.path();
+            if socket.extension().is_some_and(|ext| ext == "sock") {
+                sockets.push(socket);
+            }
         }
-        let Ok(answer) = ask(&socket, Request::Paths) else {
+    }
+    let answers: Vec<(PathBuf, Result<String, Unanswered>)> = std::thread::scope(|scope| {
+        let asking: Vec<_> = (sockets.into_iter())
+            .map(|socket| {
+                scope.spawn(move || {
+                    let answer = ask(&socket, Request::Paths, PATHS_DEADLINE);
+                    (socket, answer)
+                })
+            })
+            .collect();
+        asking
+            .into_iter()
+            .filter_map(|asked| asked.join().ok())
+            .collect()
+    });
+    let mut found = Found::default();
+    for (socket, answer) in answers {
+        let held = match answer {
+            Ok(answer) => serde_json::from_str::<Held>(&answer).ok(),
+            Err(Unanswered::NoAnswer(_)) => {
+                found.unanswered.push(socket);
+                continue;
+            }
+            Err(_) => None,
+        };
+        let Some(held) = held.filter(|held| held.paths.iter().any(|p| p == path)) else {
             continue;
         };
-        let paths: Vec<String> = serde_json::from_str(&answer).unwrap_or_default();
-        if paths.iter().any(|held| held == path) {
-            found.push(socket);
+        match held.owner == owner.as_str() {
+            true => found.ours.push(socket),
+            false => found.others += 1,
         }
     }
     Ok(found)
-}
-
-/// Where [`runtime_dir`] is, unchecked.
-fn dir_path() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(base) if base.is_absolute() => base.join("zklock"),
-        _ => PathBuf::from(format!(
-            "/tmp/zklock-{}",
-            rustix::process::getuid().as_raw()
-        )),
-    }
 }
 
 #[cfg(test)]

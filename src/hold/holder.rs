@@ -10,6 +10,8 @@ use clap::Parser;
 use rustix::process::{Pid, Signal};
 
 use super::bound::{Binding, bound_from_stdin};
+use super::owner::Owner;
+use super::runtime;
 use crate::cli::{Cli, Command, HoldArgs};
 use crate::exit::{Exit, Failure};
 use crate::run::plan::Plan;
@@ -17,6 +19,8 @@ use crate::run::{Outputs, drive};
 
 /// argv[1] of the holder's hidden mode (see the keeper's).
 pub const HIDDEN_MODE: &str = "\u{1}zk-holder";
+/// The holder's process name: `pgrep zklock` finds it, as any zklock.
+const NAME: &str = "zklock-holder";
 
 pub fn is_hidden_mode() -> bool {
     std::env::args_os()
@@ -32,6 +36,17 @@ pub fn main() -> Result<Exit> {
     let mut argv = std::env::args_os().skip(2);
     let caller = pid_arg(argv.next());
     let bound_pid = pid_arg(argv.next());
+    // Named for `ps` (our executable's name is `exe`, from /proc/self/exe).
+    let _ = std::fs::write("/proc/self/comm", NAME);
+    // Nothing of the caller's stays open in us: an inherited descriptor
+    // (a flock(1) lock, a pipe a reader waits to see closed) would outlive
+    // the script. Our stdio and the pidfd on stdin are all we need.
+    // SAFETY: nothing of ours is open above stdio yet (main comes here
+    // first), so no owned descriptor is closed behind its owner's back.
+    unsafe { libc::close_range(3, libc::c_uint::MAX, 0) };
+    // Whose the hold is (`release PATH`): the caller's session, taken
+    // before we leave it.
+    let owner = Owner::current();
     // A session of our own: no terminal, no signal meant for the caller's
     // job reaches us (the waiting `zklock hold` forwards those).
     let _ = rustix::process::setsid();
@@ -63,6 +78,8 @@ pub fn main() -> Result<Exit> {
     let max_hold = max_hold.map(|d| d.0);
     let what: Vec<OsString> = std::iter::once("zklock".into()).chain(given).collect();
     let plan = Plan::holding(&lock, what)?;
+    // Where the socket will be, checked before the wait, not after it.
+    runtime::for_holder()?;
     let outputs = Outputs::new(&plan)?;
     drive(outputs, |outputs| async move {
         // In the runtime: the pidfd is registered with its reactor.
@@ -73,6 +90,7 @@ pub fn main() -> Result<Exit> {
             until_released,
             max_hold,
             on_lost,
+            owner,
         };
         super::lifecycle::lifecycle(plan, binding, &outputs).await
     })

@@ -76,7 +76,7 @@ pub(super) async fn lifecycle(
             Step::Go(record) => record,
             Step::End(skipped) => return Ok(Step::End(skipped)),
         };
-        let control = Control::bind()?;
+        let control = Control::bind(binding.owner.clone())?;
         let mut vars = vec![(
             "ZKLOCK_HOLD".to_owned(),
             control.path().to_string_lossy().into_owned(),

@@ -10,6 +10,9 @@ mod format;
 mod guard;
 pub mod holder;
 mod lifecycle;
+mod owner;
+mod release;
+mod runtime;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
@@ -20,11 +23,10 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result};
 use rustix::process::{Pid, PidfdFlags, Signal};
 
-use self::control::{Released, Unanswered};
-use crate::cli::{HoldArgs, OnLost, ReleaseArgs};
+pub use self::release::release;
+use crate::cli::{HoldArgs, OnLost};
 use crate::command::signals::FORWARDED;
 use crate::exit::{Exit, Failure};
-use crate::report;
 
 /// `zklock hold`: starts the holder, which waits as `zklock run` does on
 /// our stderr; prints the variables it hands over once it holds, or exits
@@ -71,7 +73,7 @@ pub fn hold(args: HoldArgs) -> Result<Exit> {
             // Nobody will know of the hold: let it go.
             let socket = vars.iter().find(|(name, _)| name == "ZKLOCK_HOLD");
             if let Some((_, socket)) = socket {
-                let _ = control::release(&PathBuf::from(socket));
+                let _ = control::release(&PathBuf::from(socket), control::RELEASE_DEADLINE);
             }
             return Err(err).context("writing the variables on stdout");
         }
@@ -132,64 +134,4 @@ pub fn for_eval_in_args() -> bool {
             value.is_some_and(|value| value != "sh")
         })
     })
-}
-
-/// `zklock release`: asks the hold's holder to let go, and says how that
-/// went.
-pub fn release(args: ReleaseArgs) -> Result<Exit> {
-    let socket = match &args.path {
-        None => match std::env::var_os("ZKLOCK_HOLD").filter(|s| !s.is_empty()) {
-            Some(socket) => PathBuf::from(socket),
-            None => {
-                return Err(Failure::usage(
-                    "no hold to release: ZKLOCK_HOLD is not set (give the lock PATH)",
-                ));
-            }
-        },
-        Some(path) => {
-            let mut found = control::holds_of(path.as_str())?;
-            match found.len() {
-                0 => {
-                    return Err(Failure::usage(format!(
-                        "no hold of {} by this user on this host",
-                        path.as_str()
-                    )));
-                }
-                1 => found.remove(0),
-                n => {
-                    return Err(Failure::usage(format!(
-                        "{n} holds of {} by this user on this host: release one by its \
-                         ZKLOCK_HOLD",
-                        path.as_str()
-                    )));
-                }
-            }
-        }
-    };
-    match control::release(&socket) {
-        Ok(Released::Confirmed) => Ok(Exit::Command(0)),
-        Ok(Released::Unconfirmed(why)) => {
-            report::say(format_args!("{why}"));
-            Ok(Exit::Command(0))
-        }
-        Ok(Released::Lost(why)) => {
-            report::say(format_args!("the lock was lost before this release: {why}"));
-            Ok(Exit::LockLost)
-        }
-        Err(Unanswered::NoHold) => Err(Failure::usage(format!(
-            "no such hold: {} (released already, or its holder has ended)",
-            socket.display()
-        ))),
-        Err(Unanswered::Refused(why)) => Err(Failure::new(Exit::NoPermission, why).into()),
-        Err(Unanswered::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {
-            Err(Failure::new(
-                Exit::NoPermission,
-                format!("{}: {err} (a hold of another user?)", socket.display()),
-            )
-            .into())
-        }
-        Err(Unanswered::Io(err)) => {
-            Err(err).context(format!("asking the holder at {}", socket.display()))
-        }
-    }
 }

@@ -62,6 +62,26 @@ impl CiJob {
         }
         None
     }
+
+    /// What tells this CI job from any other on the host, for the owner of
+    /// a hold (docs/design.md, "Holds"): the job's URL, where it names one
+    /// job; the run's or build's URL and the variables that tell its jobs
+    /// apart where it does not (GitHub's run holds every job of a
+    /// workflow, a matrix's jobs share a name, a host may have several
+    /// runners; a Buildkite build holds several jobs).
+    pub fn job_identity(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+        let job = CiJob::from_env(&var)?;
+        let extra: &[&str] = match job.provider.as_str() {
+            "github-actions" => &["GITHUB_JOB", "RUNNER_NAME"],
+            "buildkite" => &["BUILDKITE_JOB_ID"],
+            _ => &[],
+        };
+        let mut identity = format!("{} {}", job.provider, job.url);
+        for name in extra {
+            identity.push_str(&format!(" {name}={}", var(name).unwrap_or_default()));
+        }
+        Some(identity)
+    }
 }
 
 #[cfg(test)]
@@ -168,5 +188,42 @@ mod tests {
         // Outside CI (a generic `CI=true` names no job).
         assert_eq!(ci(&[]), None);
         assert_eq!(ci(&[("CI", "true")]), None);
+    }
+
+    #[test]
+    fn a_job_identity_tells_the_jobs_of_one_run_apart() {
+        let identity = |vars: &[(&str, &str)]| {
+            CiJob::job_identity(|name| {
+                (vars.iter())
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| value.to_string())
+            })
+        };
+        let run = [
+            ("GITHUB_ACTIONS", "true"),
+            ("GITHUB_SERVER_URL", "https://github.com"),
+            ("GITHUB_REPOSITORY", "octo/app"),
+            ("GITHUB_RUN_ID", "1234"),
+        ];
+        let job = |name: &'static str, runner: &'static str| {
+            identity(
+                &[
+                    run.as_slice(),
+                    &[("GITHUB_JOB", name), ("RUNNER_NAME", runner)],
+                ]
+                .concat(),
+            )
+        };
+        assert_eq!(job("deploy", "r1"), job("deploy", "r1"));
+        assert_ne!(job("deploy", "r1"), job("test", "r1"));
+        assert_ne!(job("deploy", "r1"), job("deploy", "r2"));
+        let gitlab = |id: &str| {
+            identity(&[
+                ("GITLAB_CI", "true"),
+                ("CI_JOB_URL", &format!("https://gitlab.com/g/p/-/jobs/{id}")),
+            ])
+        };
+        assert_ne!(gitlab("1"), gitlab("2"));
+        assert_eq!(identity(&[]), None);
     }
 }

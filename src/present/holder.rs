@@ -120,13 +120,23 @@ pub fn describe(seen: &Seen) -> Option<String> {
     let what = what(&data)
         .map(|what| format!(": {what}"))
         .unwrap_or_default();
-    Some(format!("{} {since} {at}{what}", who(&data, Detail::Full)))
+    // After what a hold is bound to (`until released`), a comma; after a
+    // CI job's URL, only a space (see `who`).
+    let comma = match data.hold.is_some() && data.ci.is_none() {
+        true => ",",
+        false => "",
+    };
+    Some(format!(
+        "{}{comma} {since} {at}{what}",
+        who(&data, Detail::Full)
+    ))
 }
 
-/// `pid 4242 on web1 for 14m` from a holder's node, for the wait line. How
-/// long it has held is counted from its acquisition write's mtime (server
-/// clock) to `now` (this host's clock, as `zklock status` does), never
-/// negative.
+/// `pid 4242 on web1 for 14m` from a holder's node, for the wait line,
+/// then `: LABEL` when it has a --label (a command line is too long for
+/// the line; a label is what its holder chose to be known by). How long it
+/// has held is counted from its acquisition write's mtime (server clock)
+/// to `now` (this host's clock, as `zklock status` does), never negative.
 pub fn brief(seen: &Seen, now: SystemTime) -> Option<String> {
     let Some(data) = HolderData::parse(&seen.data) else {
         return describe(seen);
@@ -138,6 +148,9 @@ pub fn brief(seen: &Seen, now: SystemTime) -> Option<String> {
     if data.acquired == Some(true) {
         let held = now.duration_since(server_time(seen.mtime));
         text.push_str(&format!(" for {}", whole_seconds(held.unwrap_or_default())));
+    }
+    if let Some(label) = &data.label {
+        text.push_str(&format!(": {}", escape_controls(label)));
     }
     Some(text)
 }
@@ -176,7 +189,7 @@ mod tests {
         let held = describe(&seen(&data.acquired(me).to_bytes())).unwrap();
         assert!(held.starts_with(&format!("pid {me} on ")), "{held}");
         assert!(
-            held.contains(", bound to pid 4242 (bash\\n) since 2026-11-22T10:20:00Z: zklock hold"),
+            held.contains(", bound to pid 4242 (bash\\n), since 2026-11-22T10:20:00Z: zklock hold"),
             "{held}"
         );
         let unbound = HoldBinding {
@@ -187,6 +200,19 @@ mod tests {
         assert_eq!(
             bound(&unbound),
             "until released, at most until 2026-11-22T11:00:00Z"
+        );
+        // Queued (a newer --supersede hold, as its predecessor names it).
+        let queued = HolderData {
+            hold: Some(HoldBinding {
+                until: None,
+                ..unbound
+            }),
+            ..HolderData::ours(&["zklock".into(), "hold".into()], None)
+        };
+        let text = describe(&seen(&queued.to_bytes())).unwrap();
+        assert!(
+            text.contains(", until released, queued since 2026-11-22T10:00:00Z: zklock hold"),
+            "{text}"
         );
     }
 

@@ -206,7 +206,7 @@ pub(super) async fn connect(
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     out.emit(Event::Connected {
-        hosts: plan.connect.hosts.connect_string(),
+        member: session.member(),
         session: session.id(),
         timeout: session.timeout(),
     });

@@ -28,9 +28,9 @@ use crate::values::{Seconds, human_duration};
 pub(crate) enum Event<'a> {
     /// Connecting to take the locks, in acquisition `order`.
     Connecting { order: &'a [&'a str] },
-    /// A session is open.
+    /// A session is open, on this member (`name:port`).
     Connected {
-        hosts: &'a str,
+        member: &'a str,
         session: i64,
         timeout: Duration,
     },
@@ -129,11 +129,11 @@ impl Outputs {
                     .status(|| format!("connecting to ZooKeeper for {}", order.join(" ")));
             }
             Event::Connected {
-                hosts,
+                member,
                 session,
                 timeout,
             } => report.info(format_args!(
-                "connected to {hosts} (session {session:#x}, timeout {})",
+                "connected to {member} (session {session:#x}, timeout {})",
                 human_duration(timeout)
             )),
             Event::Requeueing { why: Some(err) } => report.info(format_args!(

@@ -70,6 +70,11 @@ impl Opened {
         self.0.timeout()
     }
 
+    /// The member (`name:port`) the session was opened on.
+    pub fn member(&self) -> &str {
+        self.0.client.member()
+    }
+
     /// Runs `body` with the session, then ends it, whichever way the body
     /// returned: deletes our nodes and sends closeSession (unless
     /// [`Session::release`] already sent them), and awaits the answers,

@@ -32,6 +32,7 @@ pub struct Client {
     commands: mpsc::UnboundedSender<Vec<Queued>>,
     link: watch::Receiver<Link>,
     session_id: i64,
+    member: Arc<str>,
 }
 
 impl Client {
@@ -56,16 +57,23 @@ impl Client {
         })?;
         let conn = driver.open(deadline).await?;
         let session_id = driver.session_id();
+        let member = driver.member().into();
         tokio::spawn(driver.run(conn));
         Ok(Client {
             commands,
             link: watched,
             session_id,
+            member,
         })
     }
 
     pub fn session_id(&self) -> i64 {
         self.session_id
+    }
+
+    /// The member (`name:port`) the session was opened on.
+    pub fn member(&self) -> &str {
+        &self.member
     }
 
     /// The link's state, to watch for changes.

@@ -92,3 +92,25 @@ fn unresolvable_host_exits_69_at_once_naming_it() {
         out.elapsed
     );
 }
+
+/// `-v` names the member the session was opened on, not the whole list.
+#[test]
+fn verbose_names_the_member_connected_to() {
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let live = crate::harness::shared_server().connect_string();
+    let mut cmd = zklock();
+    cmd.args(["run", "-v", "-z", &format!("{closed},{live}")])
+        .args([&crate::harness::unique_path("connect-member"), "--", "true"]);
+    let out = run_bounded(&mut cmd, LONG);
+    out.assert_code(0);
+    let line = (out.stderr.lines())
+        .find(|line| line.contains("connected to "))
+        .unwrap_or_else(|| panic!("no `connected to` line in {:?}", out.stderr));
+    assert!(
+        line.contains(&format!("connected to {live} (session")),
+        "{line}"
+    );
+}

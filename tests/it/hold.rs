@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::{
-    Inspector, KillOnDrop, Outcome, Scene, TempDir, assert_no_nodes, run_bounded, shared_server,
-    signal, wait_for_file, wait_until,
+    CI_VARIABLES, Inspector, KillOnDrop, Outcome, Scene, TempDir, assert_no_nodes, run_bounded,
+    shared_server, signal, wait_for_file, wait_until,
 };
 
 pub const LONG: Duration = Duration::from_secs(30);
@@ -59,6 +59,11 @@ impl Place {
             if key.as_bytes().starts_with(b"ZKLOCK_") {
                 cmd.env_remove(&key);
             }
+        }
+        // Not in the CI job these tests may run in: a hold's owner is then
+        // the test's session.
+        for key in CI_VARIABLES {
+            cmd.env_remove(key);
         }
         let run = self.dir.path().join("run");
         std::fs::create_dir_all(&run).unwrap();
@@ -125,7 +130,7 @@ impl Drop for Place {
 }
 
 /// The pid of the holder listening on `socket` (`hold-PID.sock`).
-fn holder_pid(socket: &Path) -> Option<i32> {
+pub fn holder_pid(socket: &Path) -> Option<i32> {
     let name = socket.file_name()?.to_str()?;
     name.strip_prefix("hold-")?
         .strip_suffix(".sock")?

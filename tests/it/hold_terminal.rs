@@ -8,14 +8,19 @@ use crate::hold::{LONG, Place};
 fn the_wait_shows_at_the_terminal_and_ctrl_c_ends_it() {
     let place = Place::new("hold-terminal");
     let zk = place.zk();
-    let mut holder = place.held_by_a_shell();
+    let mut holder = place.spawn(
+        r#"eval "$("$ZKLOCK" hold --label 'nightly deploy' -z "$ZK" "$P")"; echo x > "$OUT/held"
+        while true; do sleep 0.1; done"#,
+    );
+    assert!(crate::harness::wait_for_file(place.file("held"), LONG));
     let mut pty = Pty::open();
     pty.set_size(24, 120);
     let mut waiter = pty
         .spawn(place.bash(r#"eval "$("$ZKLOCK" hold -z "$ZK" "$P")"; echo "held: $ZKLOCK_NODE""#));
     // The status line of a visible wait, drawn by the holder on the
-    // caller's terminal.
+    // caller's terminal; it names the holder's --label.
     pty.read_until(&format!("for {}: 1 ahead, held by", place.path), LONG);
+    pty.read_until(": nightly deploy", LONG);
     pty.write(&[0x03]);
     let status = wait_for_exit(&mut waiter.0, LONG).expect("the waiting shell still runs");
     let shown = pty.read_to_end(LONG);

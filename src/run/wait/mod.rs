@@ -378,6 +378,12 @@ mod tests {
             // Clocks differ: never a negative time.
             (running, 0, "2 ahead, held by pid 4242 on web1 for 0s"),
             (queued, 15, r"2 ahead, held by zklock 4240 on web\u{1b}1"),
+            // Its --label, what its holder chose to be known by.
+            (
+                r#"{"host":"web1","pid":4242,"label":"nightly\nbackup","acquired":true}"#,
+                15,
+                r"2 ahead, held by pid 4242 on web1 for 14m: nightly\nbackup",
+            ),
             // Another client's data: as text.
             ("10.0.0.7", 15, "2 ahead, held by data \"10.0.0.7\""),
         ] {

@@ -59,6 +59,13 @@ impl Driver {
         }
     }
 
+    /// The member the latest attempt was made to (the one connected to,
+    /// once an attempt succeeded).
+    pub fn member(&self) -> String {
+        let hosts = &self.config.hosts;
+        hosts[(self.next_host + hosts.len() - 1) % hosts.len()].clone()
+    }
+
     fn host(&mut self) -> String {
         let hosts = &self.config.hosts;
         let host = hosts[self.next_host % hosts.len()].clone();
