@@ -25,7 +25,7 @@ fn a_runtime_directory_of_another_user_is_refused_before_the_wait() {
         "{}",
         out.stderr
     );
-    assert_eq!(out.stdout, "");
+    assert_eq!(out.stdout, "(exit 70)\n");
     crate::harness::signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
     place.assert_clean(zk);

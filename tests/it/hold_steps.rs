@@ -126,6 +126,17 @@ fn scenario(fault: Fault, own_group: bool) {
                 LONG,
             );
             out.assert_code(0);
+            // A break frees the lock at once, and a waiter may start before
+            // the holder hears of it (docs/design.md, "Operator commands"):
+            // what is checked is that the steps stop within moments.
+            std::thread::sleep(Duration::from_secs(1));
+            let before = std::fs::read_to_string(&log).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            assert_eq!(
+                std::fs::read_to_string(&log).unwrap(),
+                before,
+                "steps ran on after the break"
+            );
         }
         Fault::MaxHold => {}
         Fault::KillHolder => signal(holder, libc::SIGKILL),
