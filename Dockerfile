@@ -2,8 +2,8 @@
 #   docker build -t zklock .
 #   docker run --rm zklock run -z zk1:2181 /locks/job -- echo hello
 # zklock reaps orphans when it runs as PID 1, so --init is not needed.
-# What the image holds, and why: README ("In a container") and docs/design.md
-# ("Choices and their reasons"). .ci/image builds and tests it.
+# What the image holds, and why: docs/examples.md ("In a container") and
+# docs/design.md ("Choices and their reasons"). .ci/image builds and tests it.
 FROM rust:1-slim-bookworm AS build
 WORKDIR /src
 # The crates are fetched in their own layer, so a change to src/ alone does

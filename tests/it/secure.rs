@@ -1040,8 +1040,8 @@ fn secure_open_lock_directory_is_refused_with_credentials() {
     assert!(!out.stdout.contains("warning"), "{}", out.stdout);
 }
 
-/// Two TLS identities taking turns on one lock, set up as the README says
-/// (each lists both in `--acl`), on a server that reaps empty containers
+/// Two TLS identities taking turns on one lock, set up as docs/security.md
+/// says (each lists both in `--acl`), on a server that reaps empty containers
 /// within 100 ms: every run works, and the parents zklock created stay, as
 /// persistent nodes with the ACL given (containers created again by whoever
 /// came next would take that one's ACL).

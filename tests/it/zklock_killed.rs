@@ -197,8 +197,9 @@ fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
 
 #[test]
 fn kill_9_of_zklock_and_its_keeper_still_kills_the_command_itself() {
-    // The case the README says is not covered for the command's children: with no
-    // process of ours left, only the command's parent-death signal remains.
+    // The case docs/examples.md says is not covered for the command's
+    // children: with no process of ours left, only the command's parent-death
+    // signal remains.
     let s = Scene::new("killed-both");
     let dir = TempDir::new();
     let script = r#"echo $$ > "$1/command"; sleep 300; touch "$1/after""#;
