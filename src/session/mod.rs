@@ -50,11 +50,11 @@ pub fn is_connection_loss(err: &Error) -> bool {
 }
 
 /// True when the session is gone for good and only a new one can continue.
+/// Not AuthFailed: a new session with the same credentials would be
+/// refused too (and each refused session lives on the ensemble until it
+/// expires).
 pub fn is_session_lost(err: &Error) -> bool {
-    matches!(
-        err,
-        Error::SessionExpired | Error::Closed | Error::AuthFailed
-    )
+    matches!(err, Error::SessionExpired | Error::Closed)
 }
 
 /// How many times in a row one request may lose its connection before we
@@ -190,7 +190,9 @@ impl Session {
         };
         let client = match client {
             Ok(client) => client,
-            Err(ConnectError::AuthFailed(why)) => return Err(auth_failed(settings, &why)),
+            Err(ConnectError::AuthFailed { member, why }) => {
+                return Err(auth_failed(settings, &member, &why));
+            }
             Err(ConnectError::Unreachable(last)) => {
                 // Try what the client tried, to name the real cause.
                 let why = match diagnose(hosts).await {
@@ -214,7 +216,7 @@ impl Session {
             match found {
                 Ok(found) if found.stat.is_none() => return Err(settings.missing_chroot()),
                 Ok(_) => {}
-                Err(Error::AuthFailed) => return Err(auth_failed(settings, "refused")),
+                Err(Error::AuthFailed) => return Err(auth_failed(settings, hosts, "refused")),
                 Err(err) => return Err(err).context("checking that the chroot exists"),
             }
         }
@@ -293,11 +295,11 @@ impl Session {
     }
 }
 
-/// The error for credentials the ensemble refused (77).
-fn auth_failed(settings: &Settings, why: &str) -> anyhow::Error {
-    let hosts = settings.hosts.connect_string();
+/// The error for credentials a member refused (77): one line, naming the
+/// member and the scheme; no other member is tried with them.
+fn auth_failed(settings: &Settings, member: &str, why: &str) -> anyhow::Error {
     let credentials = settings.credentials();
-    let message = format!("authentication failed at {hosts} ({credentials}): {why}");
+    let message = format!("authentication failed at {member} ({credentials}): {why}");
     Failure::new(Exit::NoPermission, message).into()
 }
 
@@ -309,6 +311,7 @@ mod tests {
     fn a_moved_session_is_a_lost_connection_not_a_lost_session() {
         assert!(is_connection_loss(&Error::SessionMoved));
         assert!(!is_session_lost(&Error::SessionMoved));
+        assert!(!is_session_lost(&Error::AuthFailed), "never queue again");
     }
 
     #[test]

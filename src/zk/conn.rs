@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::ops::Request;
-use crate::zk::records::{ConnectRequest, ConnectResponse, Error, ReplyHeader};
+use crate::zk::records::{ConnectRequest, ConnectResponse, Error, ReplyHeader, xid};
 use crate::zk::sasl::{SaslMechanism, SaslStep};
 
 /// A byte stream to a server: TCP, or TLS over TCP.
@@ -163,6 +163,30 @@ fn invalid(written: bool) -> impl FnOnce(crate::zk::jute::Malformed) -> Refused 
     }
 }
 
+/// Reads the answers to `credentials`, written behind the handshake: a
+/// server answers each auth packet as it reads it, so they come before the
+/// answer of anything written behind them. A refusal names the scheme.
+pub async fn credentials_accepted(
+    conn: &mut Conn,
+    credentials: &[(String, Vec<u8>)],
+) -> Result<(), Refused> {
+    for (scheme, _) in credentials {
+        let packet = conn.packet().await.map_err(Refused::io(true))?;
+        let header = ReplyHeader::read(&mut Reader::new(&packet)).map_err(invalid(true))?;
+        if header.xid != xid::AUTH {
+            let err = io::Error::new(io::ErrorKind::InvalidData, "an answer ahead of the auth's");
+            return Err(Refused::Io { err, written: true });
+        }
+        if header.err != 0 {
+            let why = Error::from_i32(header.err);
+            return Err(Refused::AuthFailed(format!(
+                "the server refused the {scheme} credentials ({why})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The SASL exchange: each token the mechanism makes, sent alone and
 /// answered before the next, until the mechanism is done. Its requests
 /// take their xids from `xid`.
@@ -194,7 +218,10 @@ pub async fn authenticate(
             });
         }
         if header.err != 0 {
-            return Err(Refused::AuthFailed(Error::from_i32(header.err).to_string()));
+            let why = Error::from_i32(header.err);
+            return Err(Refused::AuthFailed(format!(
+                "the server refused the SASL exchange ({why})"
+            )));
         }
         match request.read_response("", &mut r).map_err(invalid(false))? {
             crate::zk::answers::Response::Sasl(token) => challenge = Some(token),

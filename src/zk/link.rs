@@ -76,15 +76,18 @@ pub struct Link {
 pub enum ConnectError {
     /// No member answered the handshake in time; the last problem seen.
     Unreachable(String),
-    /// SASL failed: the server refused, or the mechanism did.
-    AuthFailed(String),
+    /// A member refused the credentials (SASL's, or those sent with the
+    /// handshake), or the SASL mechanism failed; `why` names the scheme.
+    AuthFailed { member: String, why: String },
 }
 
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnectError::Unreachable(why) => write!(f, "no ZooKeeper server answered ({why})"),
-            ConnectError::AuthFailed(why) => write!(f, "SASL authentication failed: {why}"),
+            ConnectError::AuthFailed { member, why } => {
+                write!(f, "authentication failed at {member}: {why}")
+            }
         }
     }
 }

@@ -37,6 +37,7 @@ mod operator;
 mod ping;
 mod protocol_runs;
 mod reentrant;
+mod refused_credentials;
 mod round_trips;
 mod run_basics;
 mod secure;

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tokio::sync::oneshot;
-
-use super::{Driver, InFlight, Queued, Written};
+use super::{Driver, InFlight, Written};
 use crate::zk::conn::{self, Conn, Refused};
 use crate::zk::link::{ConnectError, State};
 use crate::zk::ops::Request;
@@ -29,7 +27,9 @@ impl Driver {
             let attempt = self.attempt(&host, true);
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(conn)) => return Ok(conn),
-                Ok(Err(Refused::AuthFailed(why))) => return Err(ConnectError::AuthFailed(why)),
+                Ok(Err(Refused::AuthFailed(why))) => {
+                    return Err(ConnectError::AuthFailed { member: host, why });
+                }
                 Ok(Err(refused)) => last = format!("{host}: {}", describe(&refused)),
                 Err(_) => last = format!("{host}: no answer in time"),
             }
@@ -132,7 +132,8 @@ impl Driver {
     }
 
     /// The handshake, then SASL if any; what [`Driver::behind`] makes goes
-    /// in the handshake's write, or after SASL.
+    /// in the handshake's write, or after SASL. The credentials' answers
+    /// are read here: a refusal ends the attempt, not a session later.
     async fn exchange(
         &mut self,
         conn: &mut Conn,
@@ -141,20 +142,24 @@ impl Driver {
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<ConnectResponse, Refused> {
         let Some(mut mechanism) = sasl else {
-            let behind = self.behind(in_flight);
-            return conn::handshake(conn, request, &behind).await;
+            let (behind, sent) = self.behind(in_flight);
+            let response = conn::handshake(conn, request, &behind).await?;
+            conn::credentials_accepted(conn, &self.credentials[..sent]).await?;
+            return Ok(response);
         };
         let response = conn::handshake(conn, request, &[]).await?;
         conn::authenticate(conn, &mut *mechanism, &mut self.xid).await?;
-        let behind = self.behind(in_flight);
+        let (behind, sent) = self.behind(in_flight);
         let wrote = conn.write(&behind).await;
         wrote.map_err(|err| Refused::Io { err, written: true })?;
+        conn::credentials_accepted(conn, &self.credentials[..sent]).await?;
         Ok(response)
     }
 
-    /// What follows the handshake in one write: the credentials, the
-    /// watches to set again, the waiting requests (now in flight).
-    fn behind(&mut self, in_flight: &mut VecDeque<InFlight>) -> Vec<u8> {
+    /// What follows the handshake in one write: the credentials (how many:
+    /// their answers are awaited apart), the watches to set again, the
+    /// waiting requests (now in flight).
+    fn behind(&mut self, in_flight: &mut VecDeque<InFlight>) -> (Vec<u8>, usize) {
         let mut behind = Vec::new();
         for (scheme, auth) in &self.credentials {
             let request = Request::Auth {
@@ -162,15 +167,8 @@ impl Driver {
                 auth: auth.clone(),
             };
             request.write_packet(xid::AUTH, "", &mut behind);
-            // Answered like an added one, with nobody waiting for it.
-            let (reply, _) = oneshot::channel();
-            let queued = Queued { request, reply };
-            in_flight.push_back(InFlight {
-                xid: xid::AUTH,
-                queued,
-                sent: Instant::now(),
-            });
         }
+        let sent = self.credentials.len();
         for set in self.watches.set_again(self.last_zxid) {
             set.write_packet(xid::SET_WATCHES, "", &mut behind);
         }
@@ -181,7 +179,7 @@ impl Driver {
             credentials: &mut self.credentials,
         };
         written.queue(waiting, &mut behind, in_flight);
-        behind
+        (behind, sent)
     }
 }
 
