@@ -75,7 +75,7 @@ pub(crate) async fn take_locks<T>(
         let data = plan.holder().to_bytes();
         let mut burst = Burst::default();
         let first = first_attempt(plan, &data, &mut burst);
-        let session = match connect(plan, out, signals, burst).await? {
+        let session = match connect(plan, out, signals, burst, deadline).await? {
             Step::Go(session) => session,
             Step::End(exit) => return Ok(Step::End(exit)),
         };
@@ -193,16 +193,18 @@ fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Crea
     Some(spec.first_attempt(burst))
 }
 
-/// Connects with `burst` behind the handshake; ends when a signal ends
-/// zklock meanwhile. The session is then [`settle`]d in its scope.
+/// Connects with `burst` behind the handshake, by `deadline` too if given
+/// (`--timeout`); ends when a signal ends zklock meanwhile. The session is
+/// then [`settle`]d in its scope.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     out: &Outputs,
     signals: &mut Signals,
     burst: Burst,
+    deadline: Option<Instant>,
 ) -> Result<Step<Opened>> {
     let session = tokio::select! {
-        session = Session::open(&plan.connect, burst) => session?,
+        session = Session::open_by(&plan.connect, burst, deadline) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     out.emit(Event::Connected {

@@ -175,12 +175,26 @@ impl Session {
     /// Returns once the chroot is known to exist; the burst's answers come.
     /// The session is used only in its scope ([`Opened::scope`]).
     pub async fn open(settings: &Settings, burst: Burst) -> Result<Opened> {
+        Session::open_by(settings, burst, None).await
+    }
+
+    /// [`Session::open`], given up by `by` if that comes before the connect
+    /// timeout (a run's `--timeout` counts from its start, the connection
+    /// included).
+    pub async fn open_by(settings: &Settings, burst: Burst, by: Option<Instant>) -> Result<Opened> {
+        let mut config = settings.config();
+        let limit = by.map(|by| by.saturating_duration_since(Instant::now()));
+        config.connect_timeout = config.connect_timeout.min(limit.unwrap_or(Duration::MAX));
+        let within = match config.connect_timeout < settings.connect_timeout {
+            true => "before --timeout ran out".to_owned(),
+            false => format!("within {}", human_duration(settings.connect_timeout)),
+        };
         let mut first = Burst::default();
         let chroot = (settings.hosts.chroot()).map(|_| first.exists("/", false));
         let who_am_i = settings.acl.explicit.then(|| first.who_am_i());
         first.append(burst);
         let hosts = settings.hosts.connect_string();
-        let connecting = Client::connect(settings.config(), first);
+        let connecting = Client::connect(config, first);
         let tls_problem =
             credential_problem(settings, connection_timeout_for(settings.session_timeout));
         let client = tokio::select! {
@@ -199,10 +213,7 @@ impl Session {
                     Some(cause) => format!(": {cause}"),
                     None => format!(" ({last})"),
                 };
-                let message = format!(
-                    "no ZooKeeper session with {hosts} within {}{why}",
-                    human_duration(settings.connect_timeout)
-                );
+                let message = format!("no ZooKeeper session with {hosts} {within}{why}");
                 return Err(Failure::new(Exit::Unavailable, message).into());
             }
         };

@@ -92,3 +92,62 @@ fn unresolvable_host_exits_69_at_once_naming_it() {
         out.elapsed
     );
 }
+
+/// Issue 38: `--timeout` counts from the start, the connection included:
+/// `-w 2s` with no member answering ends at 2 s (69), not at the connect
+/// timeout (10 s by default).
+#[test]
+fn a_wait_limit_bounds_the_connection_too() {
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let mut cmd = zklock();
+    cmd.args([
+        "run",
+        "-z",
+        &closed,
+        "-w",
+        "2s",
+        "/it/connect",
+        "--",
+        "true",
+    ]);
+    let out = run_bounded(&mut cmd, LONG);
+    out.assert_code(69);
+    let line = out.one_error_line();
+    assert!(line.contains("before --timeout ran out"), "{line}");
+    assert!(
+        out.elapsed >= Duration::from_millis(1900) && out.elapsed < Duration::from_secs(6),
+        "gave up after {:?} with -w 2s",
+        out.elapsed
+    );
+}
+
+/// Issue 38: a member that takes connections and drops them is tried about
+/// once a second (a jittered pause after each round of members that
+/// answered nothing), not every 100 ms.
+#[test]
+fn a_member_that_answers_nothing_is_tried_about_once_a_second() {
+    let member = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = member.local_addr().unwrap().to_string();
+    let mut cmd = zklock();
+    cmd.args(["run", "-z", &address, "--connect-timeout", "3s"])
+        .args(["/it/connect", "--", "true"]);
+    let counting = std::thread::spawn(move || {
+        member.set_nonblocking(true).unwrap();
+        let (mut accepted, end) = (0, Instant::now() + Duration::from_secs(5));
+        while Instant::now() < end {
+            match member.accept() {
+                Ok(_) => accepted += 1,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        accepted
+    });
+    run_bounded(&mut cmd, LONG).assert_code(69);
+    let accepted = counting.join().unwrap();
+    // Attempts at 0 s, then after pauses of 0.5 to 1.5 s each: 2 to 6 in
+    // 3 s (the diagnosis after the last adds one).
+    assert!((2..=7).contains(&accepted), "{accepted} connections in 3 s");
+}

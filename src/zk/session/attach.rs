@@ -23,7 +23,7 @@ impl Driver {
     pub async fn open(&mut self, deadline: Instant) -> Result<Conn, ConnectError> {
         let mut last = String::from("no member tried");
         while Instant::now() < deadline {
-            let host = self.host();
+            let host = self.members.next();
             let attempt = self.attempt(&host, true);
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(conn)) => return Ok(conn),
@@ -33,7 +33,7 @@ impl Driver {
                 Ok(Err(refused)) => last = format!("{host}: {}", describe(&refused)),
                 Err(_) => last = format!("{host}: no answer in time"),
             }
-            self.pause_after_round().await;
+            self.pause_after_round(Some(deadline)).await;
         }
         Err(ConnectError::Unreachable(last))
     }
@@ -49,28 +49,23 @@ impl Driver {
                 // Every handle is gone: nobody is left to resume it for.
                 return Err(Error::ConnectionLoss);
             }
-            let host = self.host();
+            let host = self.members.next();
             match self.attempt(&host, false).await {
                 Ok(conn) => return Ok(conn),
                 Err(Refused::Expired) => return Err(Error::SessionExpired),
                 Err(Refused::AuthFailed(_)) => return Err(Error::AuthFailed),
-                Err(Refused::Io { .. }) => self.pause_after_round().await,
+                Err(Refused::Io { .. }) => self.pause_after_round(None).await,
             }
         }
     }
 
-    fn host(&mut self) -> String {
-        let hosts = &self.config.hosts;
-        let host = hosts[self.next_host % hosts.len()].clone();
-        self.next_host += 1;
-        host
-    }
-
-    /// A short pause after each round of the members, so that refused
-    /// connections are not retried in a spin.
-    async fn pause_after_round(&mut self) {
-        if self.next_host % self.config.hosts.len() == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    /// The pause after each round of members that answered nothing (about
+    /// a second, jittered: see [`Members`](crate::zk::members::Members)),
+    /// cut short at `deadline`.
+    async fn pause_after_round(&mut self, deadline: Option<Instant>) {
+        if self.members.round_done() {
+            let until = Instant::now() + self.members.pause();
+            tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
         }
     }
 

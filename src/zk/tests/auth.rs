@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::script::{
-    LONG, Member, Peer, Received, config, reaches, session_on_first_member, stat_bytes,
+    LONG, Member, Peer, Received, accept_either, config, reaches, session_on_either, stat_bytes,
 };
 use crate::zk::burst::Burst;
 use crate::zk::client::{Client, ConnectError, State};
@@ -34,7 +34,7 @@ async fn credentials_and_watches_follow_sasl_on_every_connection() {
     let mut burst = Burst::default();
     let watched = burst.get_children("/q", true);
     let connecting = tokio::spawn(Client::connect(config, burst));
-    let mut peer = a.accept().await;
+    let (mut peer, b) = accept_either(&a, &b).await;
     let next = sasl_then_credentials(&mut peer).await;
     assert_eq!(next.opcode, opcode::GET_CHILDREN2, "the burst after SASL");
     let mut w = Writer::default();
@@ -121,7 +121,7 @@ async fn accepted_credentials_are_answered_before_the_connect_returns() {
 #[tokio::test]
 async fn credentials_added_to_a_live_session_are_answered_apart_and_sent_again() {
     let (a, b) = (Member::bind().await, Member::bind().await);
-    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let (client, mut peer, b) = session_on_either(&a, &b).await;
     let synced = client.call(|b| b.sync("/q"));
     let added = client.call(|b| b.add_auth("digest", b"u:p"));
     let sync = peer.request().await;

@@ -111,6 +111,24 @@ pub async fn reaches(client: &Client, state: State) {
 }
 
 /// One member that takes the session, one to resume it on.
+/// The connection the client makes to the first member of its own order
+/// (it shuffles them), and the one it will try after it, of two.
+pub async fn accept_either<'m>(a: &'m Member, b: &'m Member) -> (Peer, &'m Member) {
+    tokio::select! {
+        peer = a.accept() => (peer, b),
+        peer = b.accept() => (peer, a),
+    }
+}
+
+/// A session on the first member the client tries, of two; the other.
+pub async fn session_on_either<'m>(a: &'m Member, b: &'m Member) -> (Client, Peer, &'m Member) {
+    let connecting = tokio::spawn(Client::connect(config(&[a, b]), Burst::default()));
+    let (mut peer, next) = accept_either(a, b).await;
+    peer.connect_request().await;
+    peer.accept_session(0x42, LONG).await;
+    (connecting.await.unwrap().unwrap(), peer, next)
+}
+
 pub async fn session_on_first_member(config: Config, first: &Member) -> (Client, Peer) {
     let connecting = tokio::spawn(Client::connect(config, Burst::default()));
     let mut peer = first.accept().await;
