@@ -1,10 +1,12 @@
 //! Values parsed from the command line: durations, lock paths, host lists.
 //! Each parser gives the one-line reason a value is refused.
 
+mod size;
 mod time;
 
 use std::str::FromStr;
 
+pub use size::Bytes;
 pub use time::{Precision, Seconds, human_duration, rfc3339, server_time};
 
 /// An absolute ZooKeeper path that may carry a lock: no empty, `.` or `..`

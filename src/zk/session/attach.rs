@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{Driver, InFlight, Written};
 use crate::zk::conn::{self, Conn, Refused};
-use crate::zk::link::{ConnectError, State};
+use crate::zk::link::{ConnectError, SaslFactory, State};
 use crate::zk::ops::Request;
 use crate::zk::records::{ConnectRequest, ConnectResponse, Error, xid};
 use crate::zk::sasl::SaslMechanism;
@@ -73,16 +73,17 @@ impl Driver {
     /// SASL, if any), the credentials, the watches and the waiting requests.
     async fn attempt(&mut self, host: &str, first: bool) -> Result<Conn, Refused> {
         let config = Arc::clone(&self.config);
-        let mut conn = conn::dial(host, config.tls.as_ref(), config.attempt_timeout)
+        let tls = config.tls.as_ref();
+        let mut conn = conn::dial(host, tls, config.attempt_timeout, config.max_packet)
             .await
             .map_err(|err| Refused::Io {
                 err,
                 written: false,
             })?;
-        let sasl = (config.sasl.as_ref())
-            .map(|make| make(host))
-            .transpose()
-            .map_err(|err| Refused::AuthFailed(format!("{err:#}")))?;
+        let sasl = match config.sasl.clone() {
+            Some(make) => Some(mechanism_for(make, host).await?),
+            None => None,
+        };
         let request = ConnectRequest {
             last_zxid_seen: self.last_zxid,
             timeout_ms: i32::try_from(config.session_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -136,14 +137,14 @@ impl Driver {
         sasl: Option<Box<dyn SaslMechanism + Send>>,
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<ConnectResponse, Refused> {
-        let Some(mut mechanism) = sasl else {
+        let Some(mechanism) = sasl else {
             let (behind, sent) = self.behind(in_flight);
             let response = conn::handshake(conn, request, &behind).await?;
             conn::credentials_accepted(conn, &self.credentials[..sent]).await?;
             return Ok(response);
         };
         let response = conn::handshake(conn, request, &[]).await?;
-        conn::authenticate(conn, &mut *mechanism, &mut self.xid).await?;
+        conn::authenticate(conn, mechanism, &mut self.xid).await?;
         let (behind, sent) = self.behind(in_flight);
         let wrote = conn.write(&behind).await;
         wrote.map_err(|err| Refused::Io { err, written: true })?;
@@ -176,6 +177,18 @@ impl Driver {
         written.queue(waiting, &mut behind, in_flight);
         (behind, sent)
     }
+}
+
+/// The SASL mechanism for a connection to `host`, made off the session's
+/// thread (GSSAPI's reads the ticket cache).
+async fn mechanism_for(
+    make: SaslFactory,
+    host: &str,
+) -> Result<Box<dyn SaslMechanism + Send>, Refused> {
+    let host = host.to_owned();
+    let made = tokio::task::spawn_blocking(move || make(&host)).await;
+    let made = made.map_err(|err| Refused::AuthFailed(format!("{err}")))?;
+    made.map_err(|err| Refused::AuthFailed(format!("{err:#}")))
 }
 
 fn describe(refused: &Refused) -> String {

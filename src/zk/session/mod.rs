@@ -197,7 +197,10 @@ impl Driver {
                 }
             }
             if !out.is_empty() {
-                if conn.write(&out).await.is_err() {
+                // A server that stops reading holds the write: it runs
+                // under the connection's deadline like any wait.
+                let written = tokio::time::timeout_at(dead_at, conn.write(&out)).await;
+                if !matches!(written, Ok(Ok(()))) {
                     return End::Lost;
                 }
                 last_sent = Instant::now();
