@@ -18,6 +18,7 @@ mod faults_ensemble;
 mod faults_proxy;
 mod faults_server;
 mod faults_util;
+mod fleet;
 mod frozen_holder;
 mod harness;
 mod harness_selftest;
