@@ -101,6 +101,7 @@ async fn connect(hosts: &str, burst: Burst) -> Result<Client> {
         tls: tls_from_env()?,
         auth: Vec::new(),
         sasl: None,
+        max_packet: zklock::zk::client::DEFAULT_MAX_PACKET,
     };
     Ok(Client::connect(config, burst).await?)
 }

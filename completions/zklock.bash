@@ -91,7 +91,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__break)
-            opts="-y -z -h -V --node --record --yes --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
+            opts="-y -z -h -V --node --record --yes --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -126,6 +126,13 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --jute-maxbuffer)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -356,7 +363,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__hold)
-            opts="-z -x -s -w -n -E -v -q -h -V --label --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --max-waiting --supersede --conflict-exit-code --on-disconnect --once-per --retry-after --metrics-file --ping --ping-skipped --verbose --quiet --format --until-released --max-hold --on-lost --help --version"
+            opts="-z -x -s -w -n -E -v -q -h -V --label --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --max-waiting --supersede --conflict-exit-code --on-disconnect --once-per --retry-after --metrics-file --ping --ping-skipped --verbose --quiet --format --until-released --max-hold --on-lost --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -391,6 +398,13 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --jute-maxbuffer)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -562,7 +576,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__list)
-            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
+            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -590,6 +604,13 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --jute-maxbuffer)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -706,7 +727,7 @@ _zklock() {
                     return 0
                 fi
             done
-            opts="-z -x -s -w -n -E -v -q -c -h -V --label --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --max-waiting --supersede --conflict-exit-code --on-disconnect --once-per --retry-after --metrics-file --ping --ping-skipped --verbose --quiet --command --kill-after --max-runtime --help --version"
+            opts="-z -x -s -w -n -E -v -q -c -h -V --label --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --max-waiting --supersede --conflict-exit-code --on-disconnect --once-per --retry-after --metrics-file --ping --ping-skipped --verbose --quiet --command --kill-after --max-runtime --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -741,6 +762,13 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --jute-maxbuffer)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -919,7 +947,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__status)
-            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
+            opts="-z -h -V --json --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -947,6 +975,13 @@ _zklock() {
                     return 0
                     ;;
                 --connect-timeout)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --jute-maxbuffer)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

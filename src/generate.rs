@@ -360,6 +360,7 @@ mod generated_files {
                 hosts,
                 session_timeout,
                 connect_timeout,
+                jute_maxbuffer,
                 config: _,
                 tls_ca,
                 tls_cert,
@@ -390,6 +391,7 @@ mod generated_files {
                 example.contains("\nkerberos = "),
                 kerberos_service.is_some(),
                 kerberos_host.is_some(),
+                jute_maxbuffer.is_some(),
             ];
             assert!(prod.iter().all(|&k| k) || dev.iter().all(|&k| k));
         }

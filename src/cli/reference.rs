@@ -33,6 +33,7 @@ uses no ensemble of the file. Every key:
   kerberos = false
   kerberos-service = "zookeeper"
   kerberos-host = "zk1.example.com"
+  jute-maxbuffer = "8M"
 
 `default` is the ensemble used without -z; each [ensembles.NAME] needs
 `hosts`, and its other keys are the flags of the same name. Relative paths

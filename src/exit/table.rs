@@ -73,7 +73,7 @@ pub const RUN: &[Row] = &[
     ),
     row(
         &[Exit::Unavailable],
-        "cannot reach the ensemble or establish a session within --connect-timeout",
+        "cannot reach the ensemble or establish a session within --connect-timeout (or before --timeout ran out)",
     ),
     row(
         &[Exit::NoPermission],

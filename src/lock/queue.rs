@@ -86,6 +86,9 @@ pub struct Request<'a> {
     /// Our node's first attempt, already sent in the session's first
     /// burst (for `dir` only), if it was.
     pub first: Cell<Option<Creating>>,
+    /// Our node in `dir`, already created (and its queue not listed), if
+    /// it was (`--once-per` in a fleet: run/fleet.rs).
+    pub queued: Cell<Option<Node>>,
 }
 
 /// Queues a `marker` node in `dir` and waits until nothing that excludes it
@@ -260,8 +263,13 @@ pub async fn enqueue(
         acls: request.acls,
         list: true,
     };
-    let first = request.first.take().filter(|_| dir == request.dir);
-    let (node, children) = create_node(request.client, request.owned, spec, first).await?;
+    let (node, children) = match request.queued.take().filter(|_| dir == request.dir) {
+        Some(node) => (node, None),
+        None => {
+            let first = request.first.take().filter(|_| dir == request.dir);
+            create_node(request.client, request.owned, spec, first).await?
+        }
+    };
     events.event(QueueEvent::Queued(&node)).await;
     Ok((node, children))
 }

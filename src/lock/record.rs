@@ -25,6 +25,18 @@ pub struct Record {
     pub last_run: Option<RunRecord>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success: Option<RunRecord>,
+    /// The holder that last stamped the record: the run going on, if its
+    /// node is still there (hosts that fire meanwhile wait for its outcome
+    /// here rather than in the queue); cleared when a run is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<Running>,
+}
+
+/// The holder that stamped the record: its node (a full path) and token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    pub node: String,
+    pub fencing_token: i64,
 }
 
 /// One run. Times are the server's (milliseconds since the epoch, and the
@@ -61,9 +73,12 @@ impl Record {
     /// if it exited 0.
     pub fn with_run(&self, run: RunRecord) -> Record {
         let success = (run.exit_status == 0).then(|| run.clone());
+        // A later holder's mark stays: its run goes on.
+        let running = (self.running.clone()).filter(|r| r.fencing_token > run.fencing_token);
         Record {
             last_success: success.or_else(|| self.last_success.clone()),
             last_run: Some(run),
+            running,
         }
     }
 }
@@ -172,20 +187,22 @@ pub struct Stamped {
     pub now_ms: i64,
 }
 
-/// Rewrites the record unchanged (creating it if missing) to learn the
-/// server's time from the write's mtime. Call it while holding the lock.
+/// Rewrites the record (creating it if missing), marked as stamped by
+/// `running`, to learn the server's time from the write's mtime. Call it
+/// while holding the lock.
 pub async fn stamp(
     client: &zk::client::Client,
     lock: &str,
     acls: &[zk::records::Acl],
+    running: &Running,
 ) -> Result<Stamped> {
     let path = record_path(lock);
-    let unchanged = |data: Option<&[u8]>| {
-        Ok::<_, std::convert::Infallible>(
-            data.map_or_else(|| Record::default().to_bytes(), <[u8]>::to_vec),
-        )
+    let marked = |data: Option<&[u8]>| {
+        let mut record = data.map(Record::parse).unwrap_or_default();
+        record.running = Some(running.clone());
+        Ok::<_, std::convert::Infallible>(record.to_bytes())
     };
-    let Ok((data, written)) = rewrite(client, &path, acls, None, "not running", unchanged).await?;
+    let Ok((data, written)) = rewrite(client, &path, acls, None, "not running", marked).await?;
     Ok(Stamped {
         record: Record::parse(&data),
         version: written.version,

@@ -355,6 +355,7 @@ mod tests {
         with_record.record = Record {
             last_run: Some(run.clone()),
             last_success: None,
+            running: None,
         };
         let value = serde_json::to_value(lock(&with_record)).unwrap();
         assert_eq!(

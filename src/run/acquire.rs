@@ -6,9 +6,11 @@ use std::rc::Rc;
 
 use anyhow::Result;
 use tokio::time::Instant;
-use zklock::zk::burst::Burst;
+use zklock::zk::burst::{Burst, Data, Pending};
 
+use super::fleet::{self, Gate};
 use super::give_up::{GiveUp, deadline_after_first_look, give_up, queue_full};
+use super::once;
 use super::plan::Plan;
 use super::wait::{WaitDisplay, WaitReport};
 use super::{Event, Outputs};
@@ -16,7 +18,9 @@ use crate::command::signals::{Signals, aborts_waiting};
 use crate::exit::{Exit, Failure, Step};
 use crate::lock::holder::Seen;
 use crate::lock::lease::{self, LeasePolicy};
+use crate::lock::nodes::create_node;
 use crate::lock::queue::{self, Acquired, Creating, Node, NodeSpec, NodeWatch, Request};
+use crate::lock::record::record_path;
 use crate::present::holder::superseder;
 use crate::session::{Closed, Opened, Session, is_session_lost};
 use crate::values::human_duration;
@@ -75,7 +79,11 @@ pub(crate) async fn take_locks<T>(
         let data = plan.holder().to_bytes();
         let mut burst = Burst::default();
         let first = first_attempt(plan, &data, &mut burst);
-        let session = match connect(plan, out, signals, burst).await? {
+        // With --once-per, the record rides along, watched; the queue is
+        // listed only if no run is going on (run/fleet.rs).
+        let record =
+            (plan.once_per.is_some()).then(|| burst.get_data(&record_path(plan.order[0]), true));
+        let session = match connect(plan, out, signals, burst, deadline).await? {
             Step::Go(session) => session,
             Step::End(exit) => return Ok(Step::End(exit)),
         };
@@ -87,25 +95,62 @@ pub(crate) async fn take_locks<T>(
             let mut observer = WaitReport::new(report.clone(), Rc::clone(&display), client);
             let looked = observer.looked.clone();
             let unreachable_since = Cell::new(None);
-            let taking = take_in_order(
-                plan,
-                session,
-                &data,
-                first,
-                &mut held,
-                &mut watches,
-                &mut observer,
-            );
+            let taking = async {
+                let Some(record) = record else {
+                    let taking = take_in_order(
+                        plan,
+                        session,
+                        &data,
+                        first.map(Ours::Sent),
+                        &mut held,
+                        &mut watches,
+                        &mut observer,
+                    );
+                    return taking.await.map(Taking::Took);
+                };
+                // The record is the first look: --timeout runs from here.
+                observer.looked.set(true);
+                let gate = gate(plan, session, &data, first, record).await?;
+                let (node, fired, read) = match gate {
+                    (_, _, Gate::Skip(read)) => return Ok(Taking::Skipped(Box::new(read))),
+                    (node, fired, Gate::Queue(read)) => (node, fired, read),
+                };
+                let client = session.client();
+                let taking = take_in_order(
+                    plan,
+                    session,
+                    &data,
+                    Some(Ours::Created(node)),
+                    &mut held,
+                    &mut watches,
+                    &mut observer,
+                );
+                tokio::select! {
+                    taken = taking => taken.map(Taking::Took),
+                    read = fleet::until_recorded(plan, client, fired, read) => {
+                        read.map(|read| Taking::Skipped(Box::new(read)))
+                    }
+                }
+            };
             let result = tokio::select! {
                 result = taking => result,
                 // At the deadline, give up as when not waiting.
-                () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Acquired::Busy),
+                () = deadline_after_first_look(deadline, &looked, &unreachable_since) => Ok(Taking::Took(Acquired::Busy)),
                 signal = abort_signal(signals) => {
                     display.clear();
                     return Ok(Attempt::End(Exit::Signal(signal)));
                 }
                 () = session.track_connection(&unreachable_since) => unreachable!("never resolves"),
                 () = display.tick() => unreachable!("never resolves"),
+            };
+            let result = match result {
+                Ok(Taking::Took(acquired)) => Ok(acquired),
+                Ok(Taking::Skipped(read)) => {
+                    display.clear(); // before our last word
+                    let exit = once::skip(plan, out, &read.record, read.now_ms);
+                    return Ok(Attempt::End(exit.unwrap_or(plan.conflict)));
+                }
+                Err(err) => Err(err),
             };
             // A --supersede run's age, when it queues again: its first node's
             // (docs/design.md, "Superseding waiters").
@@ -179,6 +224,43 @@ pub(crate) async fn take_locks<T>(
     }
 }
 
+/// Our node in the first lock's directory, as far as it got before the
+/// lock loop: its first attempt sent, or created (run/fleet.rs).
+enum Ours {
+    Sent(Creating),
+    Created(Node),
+}
+
+/// How the wait for the locks ended with --once-per in a fleet.
+enum Taking {
+    Took(Acquired),
+    /// The record shows a run that skips ours.
+    Skipped(Box<fleet::Read>),
+}
+
+/// Our node created (its queue not listed) and the run going on waited
+/// out: our node, when we fired, and what the record says.
+async fn gate(
+    plan: &Plan<'_>,
+    session: &Session,
+    data: &[u8],
+    first: Option<Creating>,
+    record: Pending<Data>,
+) -> Result<(Node, i64, Gate)> {
+    let spec = NodeSpec {
+        dir: plan.order[0],
+        marker: crate::lock::marker(plan.kind).unwrap_or_default(),
+        data,
+        acls: &plan.acls,
+        list: false,
+    };
+    let client = session.client();
+    let (node, _) = create_node(client, session.owned(), spec, first).await?;
+    let fired = fleet::fired_at(client, &node).await?;
+    let gate = fleet::wait_out(plan, client, &node, fired, record).await?;
+    Ok((node, fired, gate))
+}
+
 /// The first attempt at our node in the first lock's directory, added to
 /// `burst` (not for a semaphore, whose first requests depend on answers).
 fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Creating> {
@@ -188,21 +270,23 @@ fn first_attempt(plan: &Plan<'_>, data: &[u8], burst: &mut Burst) -> Option<Crea
         marker,
         data,
         acls: &plan.acls,
-        list: true,
+        list: plan.once_per.is_none(),
     };
     Some(spec.first_attempt(burst))
 }
 
-/// Connects with `burst` behind the handshake; ends when a signal ends
-/// zklock meanwhile. The session is then [`settle`]d in its scope.
+/// Connects with `burst` behind the handshake, by `deadline` too if given
+/// (`--timeout`); ends when a signal ends zklock meanwhile. The session is
+/// then [`settle`]d in its scope.
 pub(super) async fn connect(
     plan: &Plan<'_>,
     out: &Outputs,
     signals: &mut Signals,
     burst: Burst,
+    deadline: Option<Instant>,
 ) -> Result<Step<Opened>> {
     let session = tokio::select! {
-        session = Session::open(&plan.connect, burst) => session?,
+        session = Session::open_by(&plan.connect, burst, deadline) => session?,
         signal = abort_signal(signals) => return Ok(Step::End(Exit::Signal(signal))),
     };
     out.emit(Event::Connected {
@@ -252,7 +336,7 @@ async fn take_in_order(
     plan: &Plan<'_>,
     session: &Session,
     data: &[u8],
-    mut first: Option<Creating>,
+    mut ours: Option<Ours>,
     held: &mut Vec<Node>,
     watches: &mut Vec<Option<NodeWatch>>,
     observer: &mut WaitReport<'_>,
@@ -271,8 +355,14 @@ async fn take_in_order(
             supersede: plan.supersede,
             first_queued: plan.first_queued.get(),
             acls: &plan.acls,
-            first: Cell::new(first.take()),
+            first: Cell::new(None),
+            queued: Cell::new(None),
         };
+        match ours.take() {
+            Some(Ours::Sent(first)) => request.first.set(Some(first)),
+            Some(Ours::Created(node)) => request.queued.set(Some(node)),
+            None => {}
+        }
         last = crate::lock::acquire(&request, observer).await?;
         match &mut last {
             Acquired::Held(node, watch) => {

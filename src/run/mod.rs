@@ -4,6 +4,7 @@
 
 pub(crate) mod acquire;
 mod events;
+mod fleet;
 mod give_up;
 pub(crate) mod hold;
 pub(crate) mod metrics;

@@ -14,7 +14,7 @@ use super::plan::Plan;
 use super::{Event, Outputs};
 use crate::exit::{Exit, Step};
 use crate::lock::queue::Node;
-use crate::lock::record::{self, Record, Recorded, RunRecord, Verdict};
+use crate::lock::record::{self, Record, Recorded, RunRecord, Running, Verdict};
 use crate::present::run_text;
 use crate::values::Precision::Millis;
 use crate::values::{human_duration, rfc3339, server_time};
@@ -42,20 +42,49 @@ pub async fn check(
         return Ok(Step::Go(None));
     };
     let lock = plan.order[0];
-    let stamped = record::stamp(client, lock, &plan.acls).await?;
+    let running = Running {
+        node: node.path.clone(),
+        fencing_token: node.czxid,
+    };
+    let stamped = record::stamp(client, lock, &plan.acls, &running).await?;
+    if let Some(exit) = skip(plan, out, &stamped.record, stamped.now_ms) {
+        return Ok(Step::End(exit));
+    }
+    let (window_ms, retry_ms) = (millis(window.0), millis(plan.retry_after.0));
+    let verdict = record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms);
+    if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
+        plan.report.note(format_args!(
+            "running: {lock} last ran successfully {}, {}; a success dated further \
+             ahead than --once-per {window} is not recent",
+            when(-ahead_ms),
+            run_text(&last),
+        ));
+    }
+    Ok(Step::Go(Some(Pending {
+        lock: lock.to_owned(),
+        known: Some((stamped.record, stamped.version)),
+        start_ms: stamped.now_ms,
+        started: Instant::now(),
+        token: node.czxid,
+        facts: Rc::clone(facts),
+    })))
+}
+
+/// Whether `record` skips a run at `now_ms` (server clock): the exit, the
+/// skip said (and the last success given to the metrics); None: go.
+pub fn skip(plan: &Plan<'_>, out: &Outputs, record: &Record, now_ms: i64) -> Option<Exit> {
+    let window = plan.once_per?;
+    let lock = plan.order[0];
     let window_ms = millis(window.0);
     let retry = plan.retry_after;
     let retry_ms = millis(retry.0);
-    facts.last_success(record::reported_success(
-        &stamped.record,
-        stamped.now_ms,
-        window_ms,
-    ));
+    out.facts
+        .last_success(record::reported_success(record, now_ms, window_ms));
     let skip = |skip: Skip, why: std::fmt::Arguments<'_>| {
         out.emit(Event::Skipped { lock, skip, why });
-        Ok(Step::End(plan.conflict))
+        Some(plan.conflict)
     };
-    match record::decide(&stamped.record, stamped.now_ms, window_ms, retry_ms) {
+    match record::decide(record, now_ms, window_ms, retry_ms) {
         Verdict::Skip { last, ago_ms } => skip(
             Skip::Recent,
             format_args!(
@@ -78,24 +107,7 @@ pub async fn check(
                 ),
             ),
         ),
-        verdict => {
-            if let Verdict::RunPastFuture { last, ahead_ms } = verdict {
-                plan.report.note(format_args!(
-                    "running: {lock} last ran successfully {}, {}; a success dated further \
-                     ahead than --once-per {window} is not recent",
-                    when(-ahead_ms),
-                    run_text(&last),
-                ));
-            }
-            Ok(Step::Go(Some(Pending {
-                lock: lock.to_owned(),
-                known: Some((stamped.record, stamped.version)),
-                start_ms: stamped.now_ms,
-                started: Instant::now(),
-                token: node.czxid,
-                facts: Rc::clone(facts),
-            })))
-        }
+        _ => None,
     }
 }
 

@@ -185,6 +185,7 @@ impl Options {
             hosts: self.hosts.or(file.hosts),
             session_timeout: self.session_timeout.or(file.session_timeout),
             connect_timeout: self.connect_timeout.or(file.connect_timeout),
+            jute_maxbuffer: self.jute_maxbuffer.or(file.jute_maxbuffer),
             config: self.config,
             tls_ca: self.tls_ca.or(file.tls_ca),
             tls_cert: self.tls_cert.or(file.tls_cert),

@@ -50,11 +50,11 @@ pub fn is_connection_loss(err: &Error) -> bool {
 }
 
 /// True when the session is gone for good and only a new one can continue.
+/// Not AuthFailed: a new session with the same credentials would be
+/// refused too (and each refused session lives on the ensemble until it
+/// expires).
 pub fn is_session_lost(err: &Error) -> bool {
-    matches!(
-        err,
-        Error::SessionExpired | Error::Closed | Error::AuthFailed
-    )
+    matches!(err, Error::SessionExpired | Error::Closed)
 }
 
 /// How many times in a row one request may lose its connection before we
@@ -175,12 +175,26 @@ impl Session {
     /// Returns once the chroot is known to exist; the burst's answers come.
     /// The session is used only in its scope ([`Opened::scope`]).
     pub async fn open(settings: &Settings, burst: Burst) -> Result<Opened> {
+        Session::open_by(settings, burst, None).await
+    }
+
+    /// [`Session::open`], given up by `by` if that comes before the connect
+    /// timeout (a run's `--timeout` counts from its start, the connection
+    /// included).
+    pub async fn open_by(settings: &Settings, burst: Burst, by: Option<Instant>) -> Result<Opened> {
+        let mut config = settings.config();
+        let limit = by.map(|by| by.saturating_duration_since(Instant::now()));
+        config.connect_timeout = config.connect_timeout.min(limit.unwrap_or(Duration::MAX));
+        let within = match config.connect_timeout < settings.connect_timeout {
+            true => "before --timeout ran out".to_owned(),
+            false => format!("within {}", human_duration(settings.connect_timeout)),
+        };
         let mut first = Burst::default();
         let chroot = (settings.hosts.chroot()).map(|_| first.exists("/", false));
         let who_am_i = settings.acl.explicit.then(|| first.who_am_i());
         first.append(burst);
         let hosts = settings.hosts.connect_string();
-        let connecting = Client::connect(settings.config(), first);
+        let connecting = Client::connect(config, first);
         let tls_problem =
             credential_problem(settings, connection_timeout_for(settings.session_timeout));
         let client = tokio::select! {
@@ -190,17 +204,16 @@ impl Session {
         };
         let client = match client {
             Ok(client) => client,
-            Err(ConnectError::AuthFailed(why)) => return Err(auth_failed(settings, &why)),
+            Err(ConnectError::AuthFailed { member, why }) => {
+                return Err(auth_failed(settings, &member, &why));
+            }
             Err(ConnectError::Unreachable(last)) => {
                 // Try what the client tried, to name the real cause.
                 let why = match diagnose(hosts).await {
                     Some(cause) => format!(": {cause}"),
                     None => format!(" ({last})"),
                 };
-                let message = format!(
-                    "no ZooKeeper session with {hosts} within {}{why}",
-                    human_duration(settings.connect_timeout)
-                );
+                let message = format!("no ZooKeeper session with {hosts} {within}{why}");
                 return Err(Failure::new(Exit::Unavailable, message).into());
             }
         };
@@ -214,7 +227,7 @@ impl Session {
             match found {
                 Ok(found) if found.stat.is_none() => return Err(settings.missing_chroot()),
                 Ok(_) => {}
-                Err(Error::AuthFailed) => return Err(auth_failed(settings, "refused")),
+                Err(Error::AuthFailed) => return Err(auth_failed(settings, hosts, "refused")),
                 Err(err) => return Err(err).context("checking that the chroot exists"),
             }
         }
@@ -293,11 +306,11 @@ impl Session {
     }
 }
 
-/// The error for credentials the ensemble refused (77).
-fn auth_failed(settings: &Settings, why: &str) -> anyhow::Error {
-    let hosts = settings.hosts.connect_string();
+/// The error for credentials a member refused (77): one line, naming the
+/// member and the scheme; no other member is tried with them.
+fn auth_failed(settings: &Settings, member: &str, why: &str) -> anyhow::Error {
     let credentials = settings.credentials();
-    let message = format!("authentication failed at {hosts} ({credentials}): {why}");
+    let message = format!("authentication failed at {member} ({credentials}): {why}");
     Failure::new(Exit::NoPermission, message).into()
 }
 
@@ -309,6 +322,7 @@ mod tests {
     fn a_moved_session_is_a_lost_connection_not_a_lost_session() {
         assert!(is_connection_loss(&Error::SessionMoved));
         assert!(!is_session_lost(&Error::SessionMoved));
+        assert!(!is_session_lost(&Error::AuthFailed), "never queue again");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::de::{Deserializer, Error as _};
 
 use crate::session::acl::AclPolicy;
 use crate::session::secret::{PASSWORD_FILE_ENV, Secret};
-use crate::values::{HostList, Seconds, Target};
+use crate::values::{Bytes, HostList, Seconds, Target};
 
 /// The environment variable of `--config`.
 pub const CONFIG_ENV: &str = "ZKLOCK_CONFIG";
@@ -40,6 +40,19 @@ pub struct Options {
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     #[serde(default, deserialize_with = "parsed")]
     pub connect_timeout: Option<Seconds>,
+
+    /// The largest packet accepted from a server: a longer one ends the
+    /// connection before it is read. Raise it for an ensemble whose
+    /// jute.maxbuffer is raised beyond it. BYTES: a number, or with K or M
+    /// (KiB, MiB). [default: 4M]
+    #[arg(
+        long,
+        value_name = "BYTES",
+        env = "ZKLOCK_JUTE_MAXBUFFER",
+        hide_env_values = true
+    )]
+    #[serde(default, deserialize_with = "parsed")]
+    pub jute_maxbuffer: Option<Bytes>,
 
     /// The config file. [default: $XDG_CONFIG_HOME/zklock/config.toml or
     /// ~/.config/zklock/config.toml, else /etc/zklock/config.toml, if present]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use zklock::zk;
-use zklock::zk::client::SaslFactory;
+use zklock::zk::client::{DEFAULT_MAX_PACKET, SaslFactory};
 use zklock::zk::sasl::SaslMechanism;
 use zklock::zk::sasl::digest_md5::DigestMd5;
 
@@ -27,6 +27,10 @@ use crate::values::{HostList, Seconds, Target};
 /// Where zklock connects when nothing says otherwise.
 const DEFAULT_HOSTS: &str = "127.0.0.1:2181";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// ZooKeeper's default `jute.maxbuffer` (1 MiB - 1): the least
+/// `--jute-maxbuffer` may be.
+const ZOOKEEPER_MAX_BUFFER: usize = 0xfffff;
 const DEFAULT_KERBEROS_SERVICE: &str = "zookeeper";
 
 /// SASL, which runs on every connection before anything else.
@@ -50,6 +54,8 @@ pub struct Settings {
     pub hosts: HostList,
     pub session_timeout: Duration,
     pub connect_timeout: Duration,
+    /// The largest packet accepted from a server.
+    pub max_packet: usize,
     pub tls: Option<Tls>,
     pub sasl: Option<Sasl>,
     /// `addauth digest user:password`, sent on every connection.
@@ -81,6 +87,13 @@ impl Settings {
                         give --connect-timeout (or connect-timeout in the config file) \
                         a positive duration such as 10s"
                 .into());
+        }
+        let max_packet = options.jute_maxbuffer.map_or(DEFAULT_MAX_PACKET, |b| b.0);
+        if max_packet < ZOOKEEPER_MAX_BUFFER {
+            return Err(format!(
+                "--jute-maxbuffer {max_packet} is below ZooKeeper's own default \
+                 ({ZOOKEEPER_MAX_BUFFER} bytes): answers a server may send would be refused"
+            ));
         }
         let tls = Tls::read(options.tls_ca, options.tls_cert, options.tls_key)?;
 
@@ -162,6 +175,7 @@ impl Settings {
             hosts,
             session_timeout: timeout(options.session_timeout),
             connect_timeout,
+            max_packet,
             tls,
             sasl,
             digest,
@@ -201,6 +215,7 @@ impl Settings {
             tls,
             auth,
             sasl: self.sasl_factory(),
+            max_packet: self.max_packet,
         }
     }
 
@@ -321,6 +336,24 @@ mod tests {
             Some(Sasl::DigestMd5 { password, .. }) => password.expose(),
             _ => panic!("no DIGEST-MD5: {s:?}"),
         }
+    }
+
+    #[test]
+    fn the_packet_limit_is_4m_unless_given_and_never_below_zookeepers() {
+        assert_eq!(resolve(&[], None).unwrap().max_packet, 4 << 20);
+        let dir = temp_dir("jute");
+        let file = write(
+            &dir,
+            "[ensembles.a]\nhosts = \"zk1\"\njute-maxbuffer = \"8M\"\n",
+            0o600,
+        );
+        let s = resolve(&["-z", "@a"], Some(&file)).unwrap();
+        assert_eq!(s.max_packet, 8 << 20);
+        assert_eq!(s.config().max_packet, 8 << 20);
+        let flag = resolve(&["-z", "@a", "--jute-maxbuffer", "16M"], Some(&file));
+        assert_eq!(flag.unwrap().max_packet, 16 << 20, "the flag over the file");
+        let low = resolve(&["--jute-maxbuffer", "512K"], None).unwrap_err();
+        assert!(low.contains("jute-maxbuffer"), "{low}");
     }
 
     #[test]

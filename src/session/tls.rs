@@ -194,7 +194,7 @@ fn diagnose_host(tls: &Tls, host: &str, timeout: Duration) -> Result<Option<Fail
     Ok(err
         .get_ref()
         .and_then(|e| e.downcast_ref::<TlsError>())
-        .map(|tls_error| Failure::new(Exit::NoPermission, explain(tls_error, tls, name))))
+        .map(|tls_error| Failure::new(Exit::NoPermission, explain(tls_error, tls, host))))
 }
 
 /// How the server answered our ClientHello, if that shows it does not speak
@@ -246,7 +246,10 @@ fn with_identity(
 }
 
 /// One clause naming the problem, for "TLS with HOST: ...".
-fn explain(err: &TlsError, tls: &Tls, host: &str) -> String {
+/// What went wrong with TLS at `member` (`name:port`), named as people
+/// fix it.
+fn explain(err: &TlsError, tls: &Tls, member: &str) -> String {
+    let host = host_name(member);
     let what = match err {
         TlsError::InvalidCertificate(cert) => match cert {
             CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
@@ -286,7 +289,7 @@ fn explain(err: &TlsError, tls: &Tls, host: &str) -> String {
         }
         other => format!("the handshake failed ({other}); is this the server's secureClientPort?"),
     };
-    format!("TLS with {host}: {what}")
+    format!("TLS with {member}: {what}")
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Values parsed from the command line: durations, lock paths, host lists.
 //! Each parser gives the one-line reason a value is refused.
 
+mod size;
 mod time;
 
 use std::str::FromStr;
 
+pub use size::Bytes;
 pub use time::{
     Precision, Seconds, from_monotonic_clock, human_duration, monotonic_ns, on_monotonic_clock,
     rfc3339, server_time,

@@ -124,7 +124,12 @@ fn read_results<T>(
             return Ok(results);
         }
         results.push(match header.op {
-            opcode::ERROR => Err(Error::from_i32(r.int()?)),
+            // The operations of a failed multi before the one that failed
+            // carry 0: they did not fail, and were not applied either.
+            opcode::ERROR => Err(match r.int()? {
+                0 => Error::RolledBack,
+                code => Error::from_i32(code),
+            }),
             op => Ok(result(op, r)?),
         });
     }

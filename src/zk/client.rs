@@ -24,7 +24,7 @@ use crate::zk::ops::ReadOp;
 use crate::zk::records::Error;
 use crate::zk::session::{Answer, Driver, Queued};
 
-pub use crate::zk::link::{Config, ConnectError, Link, SaslFactory, State};
+pub use crate::zk::link::{Config, ConnectError, DEFAULT_MAX_PACKET, Link, SaslFactory, State};
 
 /// A session. Clones share it.
 #[derive(Clone)]

@@ -12,28 +12,28 @@ use tokio::net::TcpStream;
 
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::ops::Request;
-use crate::zk::records::{ConnectRequest, ConnectResponse, Error, ReplyHeader};
+use crate::zk::records::{ConnectRequest, ConnectResponse, Error, ReplyHeader, xid};
 use crate::zk::sasl::{SaslMechanism, SaslStep};
 
 /// A byte stream to a server: TCP, or TLS over TCP.
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
-/// The largest packet accepted from a server: far above its own limit
-/// (jute.maxbuffer), so only a corrupt length is refused.
-const MAX_PACKET: usize = 64 << 20;
-
 /// A connection, with the bytes read but not yet taken as packets.
 pub struct Conn {
     stream: Box<dyn Stream>,
     buf: Vec<u8>,
+    /// The largest packet accepted: a longer one is refused from its
+    /// length, before any of it is read.
+    max_packet: usize,
 }
 
 impl Conn {
-    pub fn new(stream: Box<dyn Stream>) -> Conn {
+    pub fn new(stream: Box<dyn Stream>, max_packet: usize) -> Conn {
         Conn {
             stream,
             buf: Vec::new(),
+            max_packet,
         }
     }
 
@@ -43,10 +43,13 @@ impl Conn {
         loop {
             if self.buf.len() >= 4 {
                 let len = u32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
-                if len > MAX_PACKET {
+                if len > self.max_packet {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        "packet too long",
+                        format!(
+                            "a packet of {len} bytes, over the limit of {} (--jute-maxbuffer)",
+                            self.max_packet
+                        ),
                     ));
                 }
                 if self.buf.len() >= 4 + len {
@@ -89,18 +92,19 @@ pub async fn dial(
     host: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
     timeout: Duration,
+    max_packet: usize,
 ) -> io::Result<Conn> {
     let attempt = async {
         let tcp = TcpStream::connect(host).await?;
         tcp.set_nodelay(true)?;
         let Some(config) = tls else {
-            return Ok(Conn::new(Box::new(tcp)));
+            return Ok(Conn::new(Box::new(tcp), max_packet));
         };
         let name = server_name(host)?;
         let stream = tokio_rustls::TlsConnector::from(Arc::clone(config))
             .connect(name, tcp)
             .await?;
-        Ok(Conn::new(Box::new(stream)))
+        Ok(Conn::new(Box::new(stream), max_packet))
     };
     tokio::time::timeout(timeout, attempt)
         .await
@@ -163,17 +167,57 @@ fn invalid(written: bool) -> impl FnOnce(crate::zk::jute::Malformed) -> Refused 
     }
 }
 
+/// One step of the mechanism on a thread of its own: GSSAPI's may ask a
+/// KDC, and the session's thread must go on serving its timers meanwhile
+/// (the attempt's timeout bounds the wait).
+async fn off_thread(
+    mut mechanism: Box<dyn SaslMechanism + Send>,
+    challenge: Option<Vec<u8>>,
+) -> Result<(Box<dyn SaslMechanism + Send>, anyhow::Result<SaslStep>), Refused> {
+    tokio::task::spawn_blocking(move || {
+        let step = mechanism.step(challenge.as_deref());
+        (mechanism, step)
+    })
+    .await
+    .map_err(|err| Refused::AuthFailed(format!("the SASL mechanism failed: {err}")))
+}
+
+/// Reads the answers to `credentials`, written behind the handshake: a
+/// server answers each auth packet as it reads it, so they come before the
+/// answer of anything written behind them. A refusal names the scheme.
+pub async fn credentials_accepted(
+    conn: &mut Conn,
+    credentials: &[(String, Vec<u8>)],
+) -> Result<(), Refused> {
+    for (scheme, _) in credentials {
+        let packet = conn.packet().await.map_err(Refused::io(true))?;
+        let header = ReplyHeader::read(&mut Reader::new(&packet)).map_err(invalid(true))?;
+        if header.xid != xid::AUTH {
+            let err = io::Error::new(io::ErrorKind::InvalidData, "an answer ahead of the auth's");
+            return Err(Refused::Io { err, written: true });
+        }
+        if header.err != 0 {
+            let why = Error::from_i32(header.err);
+            return Err(Refused::AuthFailed(format!(
+                "the server refused the {scheme} credentials ({why})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The SASL exchange: each token the mechanism makes, sent alone and
 /// answered before the next, until the mechanism is done. Its requests
 /// take their xids from `xid`.
 pub async fn authenticate(
     conn: &mut Conn,
-    mechanism: &mut (dyn SaslMechanism + Send),
+    mut mechanism: Box<dyn SaslMechanism + Send>,
     xid: &mut i32,
 ) -> Result<(), Refused> {
     let mut challenge: Option<Vec<u8>> = None;
     loop {
-        let step = mechanism.step(challenge.as_deref());
+        let (back, step) = off_thread(mechanism, challenge.take()).await?;
+        mechanism = back;
         let token = match step.map_err(|err| Refused::AuthFailed(format!("{err:#}")))? {
             SaslStep::Done => return Ok(()),
             SaslStep::Send(token) => token,
@@ -194,7 +238,10 @@ pub async fn authenticate(
             });
         }
         if header.err != 0 {
-            return Err(Refused::AuthFailed(Error::from_i32(header.err).to_string()));
+            let why = Error::from_i32(header.err);
+            return Err(Refused::AuthFailed(format!(
+                "the server refused the SASL exchange ({why})"
+            )));
         }
         match request.read_response("", &mut r).map_err(invalid(false))? {
             crate::zk::answers::Response::Sasl(token) => challenge = Some(token),

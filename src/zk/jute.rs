@@ -136,9 +136,10 @@ impl<'a> Reader<'a> {
             -1 => 0,
             len => usize::try_from(len).map_err(|_| Malformed("negative length"))?,
         };
-        // Each item takes at least one byte: a bogus length fails on the
-        // bytes, not on the allocation.
-        let mut items = Vec::with_capacity(len.min(self.bytes.len()));
+        // Every item on the wire takes at least four bytes (a length, an
+        // int): room for no more than the rest of the packet can hold, so a
+        // bogus length fails on the bytes, not on the allocation.
+        let mut items = Vec::with_capacity(len.min(self.bytes.len() / 4));
         for _ in 0..len {
             items.push(item(self)?);
         }

@@ -13,6 +13,11 @@ use crate::zk::sasl::SaslMechanism;
 pub type SaslFactory =
     Arc<dyn Fn(&str) -> anyhow::Result<Box<dyn SaslMechanism + Send>> + Send + Sync>;
 
+/// The largest packet a client accepts unless told otherwise: four times
+/// ZooKeeper's own default `jute.maxbuffer` (1 MiB), room for a node of
+/// that size with its stat, or a long listing.
+pub const DEFAULT_MAX_PACKET: usize = 4 << 20;
+
 /// How to reach the ensemble and what to open there.
 #[derive(Clone)]
 pub struct Config {
@@ -31,6 +36,9 @@ pub struct Config {
     /// `user:password`.
     pub auth: Vec<(String, Vec<u8>)>,
     pub sasl: Option<SaslFactory>,
+    /// The largest packet accepted from a server ([`DEFAULT_MAX_PACKET`]);
+    /// a longer one ends the connection before it is read.
+    pub max_packet: usize,
 }
 
 /// The session's state, as this client knows it.
@@ -76,15 +84,18 @@ pub struct Link {
 pub enum ConnectError {
     /// No member answered the handshake in time; the last problem seen.
     Unreachable(String),
-    /// SASL failed: the server refused, or the mechanism did.
-    AuthFailed(String),
+    /// A member refused the credentials (SASL's, or those sent with the
+    /// handshake), or the SASL mechanism failed; `why` names the scheme.
+    AuthFailed { member: String, why: String },
 }
 
 impl std::fmt::Display for ConnectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnectError::Unreachable(why) => write!(f, "no ZooKeeper server answered ({why})"),
-            ConnectError::AuthFailed(why) => write!(f, "SASL authentication failed: {why}"),
+            ConnectError::AuthFailed { member, why } => {
+                write!(f, "authentication failed at {member}: {why}")
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod client;
 mod conn;
 pub mod jute;
 mod link;
+mod members;
 pub mod ops;
 pub mod records;
 pub mod sasl;

@@ -78,6 +78,9 @@ pub enum Error {
     Throttled,
     /// Any other number a server sends.
     Other(i32),
+    /// An operation of a failed multi that did not fail itself: the multi
+    /// failed on another, so it was not applied (the server's result 0).
+    RolledBack,
     /// The session is closed, or every handle to it is gone.
     Closed,
 }

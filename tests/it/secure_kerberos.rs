@@ -81,3 +81,14 @@ fn secure_kerberos_principal_follows_the_member_connected_to() {
     let zk = Inspector::connect_secure(&server.connect_string(), &ClientSecurity::kerberos());
     assert_no_nodes(&zk, &path);
 }
+
+/// Issue 38: a ticket the KDC will not give (a service it does not know)
+/// ends the run at the first member: 77, one line naming GSSAPI and the
+/// member, at most one session.
+#[test]
+fn secure_kerberos_refused_ends_the_run_after_one_session() {
+    let server = kerberos_server();
+    let mut cmd = kerberos_run(&server, &unique_path("krb-refused"));
+    cmd.args(["--kerberos-service", "nosuchservice"]);
+    crate::refused_credentials::refused(&server, cmd, "GSSAPI");
+}

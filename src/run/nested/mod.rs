@@ -91,7 +91,7 @@ where
     let Some(owner) = claims.iter().flatten().map(|claim| claim.session).next() else {
         return Ok(Reentry::Not(then));
     };
-    let session = match connect(plan, out, signals, Burst::default()).await? {
+    let session = match connect(plan, out, signals, Burst::default(), None).await? {
         Step::Go(session) => session,
         Step::End(exit) => return Ok(Reentry::Done(Step::End(exit))),
     };

@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tokio::sync::oneshot;
-
-use super::{Driver, InFlight, Queued, Written};
+use super::{Driver, InFlight, Written};
 use crate::zk::conn::{self, Conn, Refused};
-use crate::zk::link::{ConnectError, State};
+use crate::zk::link::{ConnectError, SaslFactory, State};
 use crate::zk::ops::Request;
 use crate::zk::records::{ConnectRequest, ConnectResponse, Error, xid};
 use crate::zk::sasl::SaslMechanism;
@@ -25,15 +23,17 @@ impl Driver {
     pub async fn open(&mut self, deadline: Instant) -> Result<Conn, ConnectError> {
         let mut last = String::from("no member tried");
         while Instant::now() < deadline {
-            let host = self.host();
+            let host = self.members.next();
             let attempt = self.attempt(&host, true);
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(conn)) => return Ok(conn),
-                Ok(Err(Refused::AuthFailed(why))) => return Err(ConnectError::AuthFailed(why)),
+                Ok(Err(Refused::AuthFailed(why))) => {
+                    return Err(ConnectError::AuthFailed { member: host, why });
+                }
                 Ok(Err(refused)) => last = format!("{host}: {}", describe(&refused)),
                 Err(_) => last = format!("{host}: no answer in time"),
             }
-            self.pause_after_round().await;
+            self.pause_after_round(Some(deadline)).await;
         }
         Err(ConnectError::Unreachable(last))
     }
@@ -49,12 +49,12 @@ impl Driver {
                 // Every handle is gone: nobody is left to resume it for.
                 return Err(Error::ConnectionLoss);
             }
-            let host = self.host();
+            let host = self.members.next();
             match self.attempt(&host, false).await {
                 Ok(conn) => return Ok(conn),
                 Err(Refused::Expired) => return Err(Error::SessionExpired),
                 Err(Refused::AuthFailed(_)) => return Err(Error::AuthFailed),
-                Err(Refused::Io { .. }) => self.pause_after_round().await,
+                Err(Refused::Io { .. }) => self.pause_after_round(None).await,
             }
         }
     }
@@ -62,22 +62,16 @@ impl Driver {
     /// The member the latest attempt was made to (the one connected to,
     /// once an attempt succeeded).
     pub fn member(&self) -> String {
-        let hosts = &self.config.hosts;
-        hosts[(self.next_host + hosts.len() - 1) % hosts.len()].clone()
+        self.members.last()
     }
 
-    fn host(&mut self) -> String {
-        let hosts = &self.config.hosts;
-        let host = hosts[self.next_host % hosts.len()].clone();
-        self.next_host += 1;
-        host
-    }
-
-    /// A short pause after each round of the members, so that refused
-    /// connections are not retried in a spin.
-    async fn pause_after_round(&mut self) {
-        if self.next_host % self.config.hosts.len() == 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    /// The pause after each round of members that answered nothing (about
+    /// a second, jittered: see [`Members`](crate::zk::members::Members)),
+    /// cut short at `deadline`.
+    async fn pause_after_round(&mut self, deadline: Option<Instant>) {
+        if self.members.round_done() {
+            let until = Instant::now() + self.members.pause();
+            tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
         }
     }
 
@@ -85,16 +79,17 @@ impl Driver {
     /// SASL, if any), the credentials, the watches and the waiting requests.
     async fn attempt(&mut self, host: &str, first: bool) -> Result<Conn, Refused> {
         let config = Arc::clone(&self.config);
-        let mut conn = conn::dial(host, config.tls.as_ref(), config.attempt_timeout)
+        let tls = config.tls.as_ref();
+        let mut conn = conn::dial(host, tls, config.attempt_timeout, config.max_packet)
             .await
             .map_err(|err| Refused::Io {
                 err,
                 written: false,
             })?;
-        let sasl = (config.sasl.as_ref())
-            .map(|make| make(host))
-            .transpose()
-            .map_err(|err| Refused::AuthFailed(format!("{err:#}")))?;
+        let sasl = match config.sasl.clone() {
+            Some(make) => Some(mechanism_for(make, host).await?),
+            None => None,
+        };
         let request = ConnectRequest {
             last_zxid_seen: self.last_zxid,
             timeout_ms: i32::try_from(config.session_timeout.as_millis()).unwrap_or(i32::MAX),
@@ -139,7 +134,8 @@ impl Driver {
     }
 
     /// The handshake, then SASL if any; what [`Driver::behind`] makes goes
-    /// in the handshake's write, or after SASL.
+    /// in the handshake's write, or after SASL. The credentials' answers
+    /// are read here: a refusal ends the attempt, not a session later.
     async fn exchange(
         &mut self,
         conn: &mut Conn,
@@ -147,21 +143,25 @@ impl Driver {
         sasl: Option<Box<dyn SaslMechanism + Send>>,
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<ConnectResponse, Refused> {
-        let Some(mut mechanism) = sasl else {
-            let behind = self.behind(in_flight);
-            return conn::handshake(conn, request, &behind).await;
+        let Some(mechanism) = sasl else {
+            let (behind, sent) = self.behind(in_flight);
+            let response = conn::handshake(conn, request, &behind).await?;
+            conn::credentials_accepted(conn, &self.credentials[..sent]).await?;
+            return Ok(response);
         };
         let response = conn::handshake(conn, request, &[]).await?;
-        conn::authenticate(conn, &mut *mechanism, &mut self.xid).await?;
-        let behind = self.behind(in_flight);
+        conn::authenticate(conn, mechanism, &mut self.xid).await?;
+        let (behind, sent) = self.behind(in_flight);
         let wrote = conn.write(&behind).await;
         wrote.map_err(|err| Refused::Io { err, written: true })?;
+        conn::credentials_accepted(conn, &self.credentials[..sent]).await?;
         Ok(response)
     }
 
-    /// What follows the handshake in one write: the credentials, the
-    /// watches to set again, the waiting requests (now in flight).
-    fn behind(&mut self, in_flight: &mut VecDeque<InFlight>) -> Vec<u8> {
+    /// What follows the handshake in one write: the credentials (how many:
+    /// their answers are awaited apart), the watches to set again, the
+    /// waiting requests (now in flight).
+    fn behind(&mut self, in_flight: &mut VecDeque<InFlight>) -> (Vec<u8>, usize) {
         let mut behind = Vec::new();
         for (scheme, auth) in &self.credentials {
             let request = Request::Auth {
@@ -169,15 +169,8 @@ impl Driver {
                 auth: auth.clone(),
             };
             request.write_packet(xid::AUTH, "", &mut behind);
-            // Answered like an added one, with nobody waiting for it.
-            let (reply, _) = oneshot::channel();
-            let queued = Queued { request, reply };
-            in_flight.push_back(InFlight {
-                xid: xid::AUTH,
-                queued,
-                sent: Instant::now(),
-            });
         }
+        let sent = self.credentials.len();
         for set in self.watches.set_again(self.last_zxid) {
             set.write_packet(xid::SET_WATCHES, "", &mut behind);
         }
@@ -188,8 +181,20 @@ impl Driver {
             credentials: &mut self.credentials,
         };
         written.queue(waiting, &mut behind, in_flight);
-        behind
+        (behind, sent)
     }
+}
+
+/// The SASL mechanism for a connection to `host`, made off the session's
+/// thread (GSSAPI's reads the ticket cache).
+async fn mechanism_for(
+    make: SaslFactory,
+    host: &str,
+) -> Result<Box<dyn SaslMechanism + Send>, Refused> {
+    let host = host.to_owned();
+    let made = tokio::task::spawn_blocking(move || make(&host)).await;
+    let made = made.map_err(|err| Refused::AuthFailed(format!("{err}")))?;
+    made.map_err(|err| Refused::AuthFailed(format!("{err:#}")))
 }
 
 fn describe(refused: &Refused) -> String {

@@ -16,6 +16,7 @@ use crate::zk::answers::Response;
 use crate::zk::conn::Conn;
 use crate::zk::jute::Reader;
 use crate::zk::link::{Config, Link, State};
+use crate::zk::members::Members;
 use crate::zk::ops::{Request, chrooted, unchrooted};
 use crate::zk::records::{Error, ReplyHeader, WatcherEvent, xid};
 use crate::zk::watches::{Watch, WatchKind, Watches};
@@ -81,7 +82,8 @@ pub struct Driver {
     in_flight: VecDeque<InFlight>,
     /// Requests made while no connection was up, for the next one.
     waiting: Vec<Queued>,
-    next_host: usize,
+    /// The members, in the order this session tries them.
+    members: Members,
     /// The next ping or the connection's death, whichever comes first.
     alarm: Alarm,
 }
@@ -95,6 +97,7 @@ impl Driver {
     ) -> std::io::Result<Driver> {
         let timeout = config.session_timeout;
         let credentials = config.auth.clone();
+        let members = Members::new(&config.hosts, uuid::Uuid::new_v4().as_u64_pair().0);
         Ok(Driver {
             config,
             commands,
@@ -108,7 +111,7 @@ impl Driver {
             watches: Watches::default(),
             in_flight: VecDeque::new(),
             waiting: burst,
-            next_host: 0,
+            members,
             alarm: Alarm::new()?,
         })
     }
@@ -194,7 +197,10 @@ impl Driver {
                 }
             }
             if !out.is_empty() {
-                if conn.write(&out).await.is_err() {
+                // A server that stops reading holds the write: it runs
+                // under the connection's deadline like any wait.
+                let written = tokio::time::timeout_at(dead_at, conn.write(&out)).await;
+                if !matches!(written, Ok(Ok(()))) {
                     return End::Lost;
                 }
                 last_sent = Instant::now();

@@ -159,4 +159,13 @@ fn multi_answers_decode_per_operation() {
             Err(Error::RuntimeInconsistency)
         ])
     );
+    // The operations before the one that failed carry 0: rolled back.
+    assert_eq!(
+        answer(
+            Request::Multi(vec![]),
+            "ffffffff000000000000000000ffffffff00ffffff99ffffff99ffffffff01ffffffff",
+            false
+        ),
+        Response::Multi(vec![Err(Error::RolledBack), Err(Error::BadVersion)])
+    );
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::script::{
-    LONG, Member, Peer, Received, config, reaches, session_on_first_member, stat_bytes,
+    LONG, Member, Peer, Received, accept_either, config, reaches, session_on_either, stat_bytes,
 };
 use crate::zk::burst::Burst;
 use crate::zk::client::{Client, ConnectError, State};
@@ -34,7 +34,7 @@ async fn credentials_and_watches_follow_sasl_on_every_connection() {
     let mut burst = Burst::default();
     let watched = burst.get_children("/q", true);
     let connecting = tokio::spawn(Client::connect(config, burst));
-    let mut peer = a.accept().await;
+    let (mut peer, b) = accept_either(&a, &b).await;
     let next = sasl_then_credentials(&mut peer).await;
     assert_eq!(next.opcode, opcode::GET_CHILDREN2, "the burst after SASL");
     let mut w = Writer::default();
@@ -63,11 +63,12 @@ async fn sasl_then_credentials(peer: &mut Peer) -> Received {
     peer.reply(sasl.xid, 0, 0, &[0, 0, 0, 0]).await;
     let auth = peer.request().await;
     assert_eq!((auth.xid, auth.opcode), (xid::AUTH, opcode::AUTH));
+    peer.reply(xid::AUTH, 0, 0, &[]).await;
     peer.request().await
 }
 
 #[tokio::test]
-async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_session() {
+async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_fails_the_connect() {
     let a = Member::bind().await;
     let mut config = config(&[&a]);
     config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
@@ -83,16 +84,44 @@ async fn digest_credentials_ride_in_the_connect_burst_and_a_refusal_ends_the_ses
     assert_eq!(r.string().unwrap(), "digest");
     assert_eq!(r.string().unwrap(), "u:p");
     peer.accept_session(0x42, LONG).await;
-    let client = connecting.await.unwrap().unwrap();
     peer.reply(xid::AUTH, 0, -115, &[]).await;
-    reaches(&client, State::AuthFailed).await;
-    assert_eq!(synced.await, Err(Error::AuthFailed));
+    // No other member, and no other session: the refusal is the answer.
+    let err = connecting.await.unwrap().err().unwrap();
+    let ConnectError::AuthFailed { member, why } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(member, a.address);
+    assert!(why.contains("digest"), "{why}");
+    assert!(synced.await.is_err());
+}
+
+/// The answers to the credentials come first, whatever was written
+/// behind them: the session is connected once they are in.
+#[tokio::test]
+async fn accepted_credentials_are_answered_before_the_connect_returns() {
+    let a = Member::bind().await;
+    let mut config = config(&[&a]);
+    config.auth = vec![("digest".to_owned(), b"u:p".to_vec())];
+    let mut burst = Burst::default();
+    let synced = burst.sync("/");
+    let connecting = tokio::spawn(Client::connect(config, burst));
+    let mut peer = a.accept().await;
+    peer.connect_request().await;
+    let (_, sync) = (peer.request().await, peer.request().await);
+    peer.accept_session(0x42, LONG).await;
+    peer.reply(xid::AUTH, 0, 0, &[]).await;
+    let client = connecting.await.unwrap().unwrap();
+    assert_eq!(client.link().borrow().state, State::Connected);
+    let mut w = Writer::default();
+    w.string("/app");
+    peer.reply(sync.xid, 0x11, 0, &w.bytes).await;
+    synced.await.unwrap();
 }
 
 #[tokio::test]
 async fn credentials_added_to_a_live_session_are_answered_apart_and_sent_again() {
     let (a, b) = (Member::bind().await, Member::bind().await);
-    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let (client, mut peer, b) = session_on_either(&a, &b).await;
     let synced = client.call(|b| b.sync("/q"));
     let added = client.call(|b| b.add_auth("digest", b"u:p"));
     let sync = peer.request().await;
@@ -117,10 +146,10 @@ async fn credentials_added_to_a_live_session_are_answered_apart_and_sent_again()
     assert_eq!(r.string().unwrap(), "digest");
     assert_eq!(r.string().unwrap(), "u:p");
     peer.accept_session(0x42, LONG).await;
+    peer.reply(xid::AUTH, 0, 0, &[]).await;
     reaches(&client, State::Connected).await;
     // A refusal ends the session, and says so to whoever added them.
     let refused = client.call(|b| b.add_auth("digest", b"v:q"));
-    peer.reply(xid::AUTH, 0, 0, &[]).await;
     assert_eq!(peer.request().await.opcode, opcode::AUTH);
     peer.reply(xid::AUTH, 0, -115, &[]).await;
     assert_eq!(refused.await, Err(Error::AuthFailed));
@@ -139,7 +168,7 @@ async fn a_sasl_refusal_or_no_member_at_all_fails_the_connect_and_says_which() {
     let sasl = peer.request().await;
     peer.reply(sasl.xid, 0, -115, &[]).await;
     let err = connecting.await.unwrap().err().unwrap();
-    assert!(matches!(err, ConnectError::AuthFailed(_)), "{err}");
+    assert!(matches!(err, ConnectError::AuthFailed { .. }), "{err}");
 
     let gone = Member::bind().await;
     let mut nobody = config(&[&gone]);

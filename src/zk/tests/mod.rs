@@ -4,6 +4,7 @@
 
 mod answers;
 mod auth;
+mod bounds;
 mod requests;
 mod script;
 mod session;

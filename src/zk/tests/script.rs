@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use tokio::time::Instant;
 
 use crate::zk::burst::Burst;
-use crate::zk::client::{Client, Config, State};
+use crate::zk::client::{Client, Config, DEFAULT_MAX_PACKET, State};
 use crate::zk::conn::Conn;
 use crate::zk::jute::{Reader, Writer};
 use crate::zk::records::{ConnectRequest, ConnectResponse, ReplyHeader, Stat};
@@ -30,7 +30,7 @@ impl Member {
 
     pub async fn accept(&self) -> Peer {
         let (stream, _) = self.listener.accept().await.unwrap();
-        Peer(Conn::new(Box::new(stream)))
+        Peer(Conn::new(Box::new(stream), DEFAULT_MAX_PACKET))
     }
 }
 
@@ -77,6 +77,11 @@ impl Peer {
         self.send(w).await;
     }
 
+    /// Writes `bytes` as they are, framing included.
+    pub async fn raw(&mut self, bytes: &[u8]) {
+        self.0.write(bytes).await.unwrap();
+    }
+
     async fn send(&mut self, w: Writer) -> Instant {
         let mut out = (w.bytes.len() as i32).to_be_bytes().to_vec();
         out.extend(w.bytes);
@@ -95,6 +100,7 @@ pub fn config(hosts: &[&Member]) -> Config {
         tls: None,
         auth: Vec::new(),
         sasl: None,
+        max_packet: DEFAULT_MAX_PACKET,
     }
 }
 
@@ -110,7 +116,25 @@ pub async fn reaches(client: &Client, state: State) {
     link.wait_for(|link| link.state == state).await.unwrap();
 }
 
-/// One member that takes the session, one to resume it on.
+/// The connection the client makes to the first member of its own order
+/// (it shuffles them), and the one it will try after it, of two.
+pub async fn accept_either<'m>(a: &'m Member, b: &'m Member) -> (Peer, &'m Member) {
+    tokio::select! {
+        peer = a.accept() => (peer, b),
+        peer = b.accept() => (peer, a),
+    }
+}
+
+/// A session on the first member the client tries, of two; the other.
+pub async fn session_on_either<'m>(a: &'m Member, b: &'m Member) -> (Client, Peer, &'m Member) {
+    let connecting = tokio::spawn(Client::connect(config(&[a, b]), Burst::default()));
+    let (mut peer, next) = accept_either(a, b).await;
+    peer.connect_request().await;
+    peer.accept_session(0x42, LONG).await;
+    (connecting.await.unwrap().unwrap(), peer, next)
+}
+
+/// A session on `first`, the only member or the one the test expects.
 pub async fn session_on_first_member(config: Config, first: &Member) -> (Client, Peer) {
     let connecting = tokio::spawn(Client::connect(config, Burst::default()));
     let mut peer = first.accept().await;

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::script::{LONG, Member, config, reaches, session_on_first_member, stat_bytes};
+use super::script::{
+    LONG, Member, config, reaches, session_on_either, session_on_first_member, stat_bytes,
+};
 use crate::zk::answers::ReadResult;
 use crate::zk::burst::Burst;
 use crate::zk::client::{Client, State};
@@ -124,7 +126,7 @@ async fn a_ping_goes_out_only_after_a_third_of_the_timeout_of_quiet() {
 #[tokio::test]
 async fn a_lost_connection_is_reported_at_once_and_the_session_resumed_with_its_watches() {
     let (a, b) = (Member::bind().await, Member::bind().await);
-    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let (client, mut peer, b) = session_on_either(&a, &b).await;
     let watched = client.call(|b| b.get_data("/q/n", true));
     let get = peer.request().await;
     let mut w = Writer::default();
@@ -179,7 +181,7 @@ async fn a_lost_connection_is_reported_at_once_and_the_session_resumed_with_its_
 #[tokio::test]
 async fn a_server_saying_expired_ends_the_session() {
     let (a, b) = (Member::bind().await, Member::bind().await);
-    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let (client, mut peer, b) = session_on_either(&a, &b).await;
     let exists = client.call(|b| b.exists("/q/n", true));
     let request = peer.request().await;
     peer.reply(request.xid, 3, 0, &stat_bytes()).await;
@@ -279,7 +281,7 @@ async fn reads_fall_back_to_single_requests_where_multi_read_is_unknown() {
 #[tokio::test]
 async fn an_answer_out_of_order_ends_the_connection() {
     let (a, b) = (Member::bind().await, Member::bind().await);
-    let (client, mut peer) = session_on_first_member(config(&[&a, &b]), &a).await;
+    let (client, mut peer, _) = session_on_either(&a, &b).await;
     let mut burst = Burst::default();
     let first = burst.sync("/1");
     let second = burst.sync("/2");

@@ -143,6 +143,7 @@ impl ClientSecurity {
             tls: self.tls.as_ref().map(|tls| Arc::new(tls.client_config())),
             auth: self.auth.clone(),
             sasl: self.sasl.as_ref().map(ClientSasl::factory),
+            max_packet: zklock::zk::client::DEFAULT_MAX_PACKET,
             hosts,
         }
     }

@@ -80,6 +80,10 @@ pub struct Security {
     /// `enforce.auth.schemes` (e.g. `["sasl"]`, `["digest"]`, `["x509"]`); empty leaves
     /// `enforce.auth.enabled` off.
     pub enforce_auth: Vec<String>,
+    /// Turns the `digest` scheme off
+    /// (`zookeeper.DigestAuthenticationProvider.enabled=false`): the server
+    /// refuses every `addauth digest`.
+    pub refuse_digest: bool,
 }
 
 impl Security {
@@ -122,6 +126,14 @@ impl Security {
     /// No SASL, but every session must `addauth digest` first.
     pub fn digest_enforced() -> Security {
         Security::default().enforce(&["digest"])
+    }
+
+    /// A plain server that refuses the `digest` scheme.
+    pub fn digest_refused() -> Security {
+        Security {
+            refuse_digest: true,
+            ..Security::default()
+        }
     }
 
     /// Replaces the enforced schemes; `&[]` turns enforcement off.
@@ -200,6 +212,9 @@ impl Security {
                     "-Dzookeeper.kerberos.removeRealmFromPrincipal=true".to_string(),
                 ]);
             }
+        }
+        if self.refuse_digest {
+            jvm.push("-Dzookeeper.DigestAuthenticationProvider.enabled=false".to_string());
         }
         if !self.enforce_auth.is_empty() {
             jvm.push("-Dzookeeper.enforce.auth.enabled=true".to_string());

@@ -151,6 +151,17 @@ impl ZkServer {
             .unwrap_or_else(|e| panic!("4-letter word {cmd:?} over TLS to {}: {e}", self.addr()))
     }
 
+    /// The sessions the server holds (`mntr`'s `zk_global_sessions`): a
+    /// session a client abandoned counts until it expires.
+    pub fn sessions(&self) -> u64 {
+        let mntr = self.four_letter("mntr");
+        let line = (mntr.lines())
+            .find(|line| line.starts_with("zk_global_sessions"))
+            .unwrap_or_else(|| panic!("no zk_global_sessions in mntr: {mntr}"));
+        let count = line.split_whitespace().last().expect("a count");
+        count.parse().expect("a number of sessions")
+    }
+
     /// The last `n` lines of the server's stdout/stderr, for diagnosing failures.
     pub fn log_tail(&self, n: usize) -> String {
         self.node.log_tail(n)
