@@ -69,3 +69,18 @@ fn a_oneshell_recipe_holds_the_lock_across_its_lines() {
 fn a_recipe_of_joined_lines_holds_the_lock_across_them() {
     recipe_holds_the_lock_across_its_lines("make-joined", JOINED);
 }
+
+/// A hold not taken stops the recipe at its line in both forms: the steps
+/// after it never run, and make fails.
+#[test]
+fn a_hold_not_taken_stops_the_recipe() {
+    let place = Place::new("hold-make-busy");
+    let _holder = place.held_by_a_shell();
+    for makefile in [ONESHELL, JOINED] {
+        let busy = makefile.replace(" hold -z", " hold -n -z");
+        std::fs::write(place.file("Makefile"), busy).unwrap();
+        let out = place.run(r#"make -s -f "$OUT/Makefile" deploy"#);
+        assert_ne!(out.code(), 0, "{}", out.stderr);
+        assert!(!place.file("ran").exists(), "a step ran without the lock");
+    }
+}
