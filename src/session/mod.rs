@@ -180,10 +180,16 @@ impl Session {
 
     /// [`Session::open`], given up by `by` if that comes before the connect
     /// timeout (a run's `--timeout` counts from its start, the connection
-    /// included).
+    /// included), but never before one attempt's time (C): the first look
+    /// at the queue always happens, so `-w 1ms` takes a free lock as `-n`
+    /// does.
     pub async fn open_by(settings: &Settings, burst: Burst, by: Option<Instant>) -> Result<Opened> {
         let mut config = settings.config();
-        let limit = by.map(|by| by.saturating_duration_since(Instant::now()));
+        let one_attempt = connection_timeout_for(settings.session_timeout);
+        let limit = by.map(|by| {
+            by.saturating_duration_since(Instant::now())
+                .max(one_attempt)
+        });
         config.connect_timeout = config.connect_timeout.min(limit.unwrap_or(Duration::MAX));
         let within = match config.connect_timeout < settings.connect_timeout {
             true => "before --timeout ran out".to_owned(),
