@@ -34,6 +34,7 @@ mod max_waiting;
 mod messages;
 mod multi_path;
 mod operator;
+mod partition;
 mod ping;
 mod protocol_runs;
 mod reentrant;
