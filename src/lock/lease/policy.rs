@@ -57,13 +57,17 @@ impl LeasePolicy {
 
     /// How often a holder confirms the lease through the leader: a
     /// confirmation proves what was heard a proof lag before it was sent,
-    /// so the proven time trails the latest answer by at most the lag, an
-    /// interval and the round trips; three intervals fit in what the lease
-    /// leaves after the lag, so one confirmation may be lost (or late) and
-    /// the next still comes before the deadline.
+    /// so the proven time trails now by at most the lag, two intervals and
+    /// the round trips. Three intervals fit in what the lease leaves after
+    /// the lag, so that one confirmation may be late and the next still
+    /// comes before the deadline; and at most half the lag, so that a long
+    /// lease leaves a stall (a server's pause, a reconnection) at least
+    /// `lease - 2 lag` of it.
     pub fn confirm_every(&self) -> Duration {
         let room = self.lease().saturating_sub(self.proof_lag());
-        (room / 3).max(Duration::from_millis(20))
+        (room / 3)
+            .min(self.proof_lag() / 2)
+            .max(Duration::from_millis(20))
     }
 
     /// This policy in a session the ensemble granted `granted` on a
@@ -248,6 +252,10 @@ mod tests {
         assert_eq!(p.proof_lag(), Duration::from_millis(1100));
         // 4 s - 1 s - 0.35 s = 2.65 s; 1.55 s after the lag, a third each.
         assert_eq!(p.confirm_every(), Duration::from_nanos(516_666_666));
+        // A long lease: half the lag, which leaves a stall lease - 2 lag.
+        let long = policy(12, 1, OnDisconnect::Lease);
+        assert_eq!(long.proof_lag(), Duration::from_millis(3100));
+        assert_eq!(long.confirm_every(), Duration::from_millis(1550));
     }
 
     #[test]

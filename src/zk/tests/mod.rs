@@ -4,6 +4,7 @@
 
 mod answers;
 mod auth;
+mod patience;
 mod requests;
 mod script;
 mod session;
