@@ -47,6 +47,7 @@ mod secure_kerberos;
 mod semaphore;
 mod shared;
 mod signals;
+mod stall;
 mod status_json;
 mod supersede;
 mod supersede_stale;

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::harness::{Host, KillOnDrop, NetEnsemble, ServerOptions, TempDir};
+use crate::harness::{
+    Host, KillOnDrop, NetEnsemble, ServerOptions, TempDir, interval, recording, stamped_start,
+};
 
 /// ZooKeeper's defaults: what decides safety in production.
 fn production() -> ServerOptions {
@@ -41,36 +43,6 @@ enum Fault {
 }
 
 const SESSIONS: [u64; 2] = [4, 8];
-
-/// A recording command: start, a heartbeat every 20 ms, end on TERM.
-fn recording(log: &Path, name: &str) -> String {
-    let line = |kind: &str| {
-        format!(
-            "echo \"{kind} {name} $EPOCHREALTIME\" >> '{}'",
-            log.display()
-        )
-    };
-    format!(
-        "trap '{end}; exit 143' TERM\n{start}\nfor i in $(seq 3000); do {beat}; sleep 0.02; done\n{end}\n",
-        start = line("start"),
-        beat = line("beat"),
-        end = line("end"),
-    )
-}
-
-/// `name`'s (first start, last line) in the log, as seconds since the epoch.
-fn interval(log: &str, name: &str) -> Option<(f64, f64)> {
-    let times: Vec<(&str, f64)> = (log.lines())
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            let kind = words.next()?;
-            (words.next()? == name).then_some(())?;
-            Some((kind, words.next()?.parse().ok()?))
-        })
-        .collect();
-    let start = times.iter().find(|(kind, _)| *kind == "start")?.1;
-    Some((start, times.last()?.1))
-}
 
 struct Zklock {
     child: KillOnDrop,
@@ -153,10 +125,7 @@ fn scenario(fault: Fault) -> Vec<String> {
             std::thread::sleep(Duration::from_millis(20));
         }
         let name = format!("W{t}");
-        let script = format!(
-            "echo \"start {name} $EPOCHREALTIME\" >> '{}'",
-            log.display()
-        );
+        let script = stamped_start(&log, &name);
         waiters.push(spawn(
             &ensemble,
             Run {

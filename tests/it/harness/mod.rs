@@ -12,6 +12,7 @@ mod ensemble;
 mod frames;
 mod gated;
 mod holder;
+mod intervals;
 mod kazoo;
 mod kdc;
 mod net_ensemble;
@@ -42,6 +43,7 @@ pub use holder::{
     Holder, assert_no_lock_nodes, contenders, ephemerals, is_dead, wait_for_contenders,
     wait_no_lock_nodes,
 };
+pub use intervals::{interval, recording, stamped_start};
 pub use kazoo::{KazooKind, KazooLock, python};
 pub use kdc::{KRB_CLIENT, KRB_CLIENT_PASSWORD, KRB_OTHER_CLIENT, Kdc, REALM, kdc, krb5_dir};
 pub use net_ensemble::NetEnsemble;
