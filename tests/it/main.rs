@@ -38,6 +38,7 @@ mod partition;
 mod ping;
 mod protocol_runs;
 mod reentrant;
+mod release_lost;
 mod round_trips;
 mod run_basics;
 mod secure;
