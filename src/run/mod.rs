@@ -111,7 +111,7 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     // found lost at the release is a lost run, whatever the command said.
     if let Some(why) = closed.lost.as_deref().filter(|_| exit != Exit::LockLost) {
         out.emit(Event::Lost {
-            why: format_args!("{why} (found at the release: the command may have run without it)"),
+            why: format_args!("{why} (found after the command ended: it may have run without it)"),
         });
         exit = Exit::LockLost;
     }

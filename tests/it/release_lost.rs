@@ -14,6 +14,30 @@ use crate::harness::{
 
 #[test]
 fn a_lock_found_lost_at_the_release_is_a_lost_run() {
+    let (status, stderr) = lost_while_stopped(&[]);
+    assert_eq!(status, Some(76), "{stderr}");
+    assert!(stderr.contains("lock lost"), "{stderr}");
+}
+
+/// With a run to record, the record and the metrics file say it too.
+#[test]
+fn a_lock_found_lost_after_the_command_is_recorded_as_lost() {
+    let dir = TempDir::new();
+    let metrics = dir.path().join("zklock.prom");
+    let metrics = metrics.to_str().unwrap();
+    let (status, stderr) = lost_while_stopped(&["--once-per", "1h", "--metrics-file", metrics]);
+    assert_eq!(status, Some(76), "{stderr}");
+    let text = std::fs::read_to_string(metrics).unwrap();
+    assert!(text.contains("zklock_exit_status{"), "{text}");
+    assert!(
+        (text.lines()).any(|l| l.starts_with("zklock_exit_status{") && l.ends_with(" 76")),
+        "{text}"
+    );
+}
+
+/// A run whose node is deleted while zklock is stopped and whose command
+/// ends meanwhile: its exit status and stderr.
+fn lost_while_stopped(args: &[&str]) -> (Option<i32>, String) {
     let server = shared_server();
     let dir = TempDir::new();
     let (started, go) = (dir.path().join("started"), dir.path().join("go"));
@@ -24,7 +48,8 @@ fn a_lock_found_lost_at_the_release_is_a_lost_run() {
     );
     let path = unique_path("release-lost");
     let mut run = zklock_run(&server.connect_string(), &path);
-    run.args(["-v", "--", "sh", "-c", &body])
+    run.args(args)
+        .args(["-v", "--", "sh", "-c", &body])
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut zklock = KillOnDrop(run.spawn().expect("spawn zklock"));
@@ -63,6 +88,5 @@ fn a_lock_found_lost_at_the_release_is_a_lost_run() {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    assert_eq!(status.code(), Some(76), "{stderr}");
-    assert!(stderr.contains("lock lost"), "{stderr}");
+    (status.code(), stderr)
 }

@@ -313,6 +313,23 @@ pub async fn lost_now(client: &Client, nodes: &[String], owner: i64) -> Option<L
     None
 }
 
+/// Why a lock held through `nodes` is lost, found by a confirmation through
+/// the leader (as [`lost`] makes them): for what must be known before it is
+/// written down, such as a run's record. None when it holds, or when the
+/// answer was lost with the connection (the release then tells).
+pub async fn lost_at_leader(client: &Client, nodes: &[String], owner: i64) -> Option<LossReason> {
+    let mut confirming = Confirming::send(client, nodes, 0);
+    let (node, result) = confirming.answer().await;
+    let event = Event::Confirmed {
+        node: &node,
+        result,
+    };
+    match decide(OnDisconnect::Lease, false, owner, event) {
+        Verdict::Lost(reason) => Some(reason),
+        _ => None,
+    }
+}
+
 /// Watches our node with a data watch (starting with `watch` if given):
 /// resolves when it is deleted, found owned by a session other than
 /// `owner`, or the session ends ([`decide`]).
