@@ -34,6 +34,9 @@ pub struct Net {
 impl Net {
     pub fn new() -> Net {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(root, "partition tests make network namespaces: run them as root");
         remove_stale();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("{PREFIX}-{}-{n}", std::process::id());
