@@ -103,15 +103,7 @@ pub async fn lost(
     loop {
         let now = *link.borrow_and_update();
         policy = first.granted(now.session_timeout);
-        // A loss followed by a new connection before this task looked is
-        // still a loss (`--on-disconnect kill`), and an outage that ended.
-        let mut seen = Vec::new();
-        if now.losses != losses && now.state != State::Disconnected {
-            seen.push(State::Disconnected);
-        }
-        losses = now.losses;
-        seen.push(now.state);
-        for state in seen {
+        for state in states_since(&mut losses, now.losses, now.state) {
             match verdict(&policy, outage.is_some(), Event::Link(state)) {
                 Verdict::Lost(reason) => return reason,
                 Verdict::OutageBegins => match outage_begins(report, *deadline.borrow()) {
@@ -228,6 +220,19 @@ impl Confirming {
                 }
             }
         }
+    }
+}
+
+/// The states the link went through since the lease last looked, when it
+/// had seen `seen` losses: a loss followed by a new connection before it
+/// looked is still a loss (`--on-disconnect kill`), and an outage that
+/// ended.
+fn states_since(seen: &mut u64, losses: u64, state: State) -> Vec<State> {
+    let lost = std::mem::replace(seen, losses) != losses;
+    match state {
+        State::Disconnected => vec![state],
+        _ if lost => vec![State::Disconnected, state],
+        _ => vec![state],
     }
 }
 
@@ -363,5 +368,37 @@ async fn node_lost(
             Verdict::Watch => watch = None,
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loss_seen_only_in_the_count_is_a_disconnection() {
+        let mut seen = 0;
+        assert_eq!(
+            states_since(&mut seen, 0, State::Connected),
+            [State::Connected]
+        );
+        // Lost and connected again before the lease looked.
+        assert_eq!(
+            states_since(&mut seen, 1, State::Connected),
+            [State::Disconnected, State::Connected]
+        );
+        assert_eq!(seen, 1);
+        assert_eq!(
+            states_since(&mut seen, 1, State::Connected),
+            [State::Connected]
+        );
+        assert_eq!(
+            states_since(&mut seen, 2, State::Disconnected),
+            [State::Disconnected]
+        );
+        assert_eq!(
+            states_since(&mut seen, 3, State::Expired),
+            [State::Disconnected, State::Expired]
+        );
     }
 }

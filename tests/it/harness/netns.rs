@@ -36,7 +36,10 @@ impl Net {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
-        assert!(root, "partition tests make network namespaces: run them as root");
+        assert!(
+            root,
+            "partition tests make network namespaces: run them as root"
+        );
         remove_stale();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("{PREFIX}-{}-{n}", std::process::id());
