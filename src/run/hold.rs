@@ -89,6 +89,26 @@ pub(super) async fn run_command(
         &lock_lost_because,
     )
     .await;
+    // With a run to record, the record says what the release would: a
+    // lock lost before the command ended is a lost run (docs/design.md,
+    // "Session and lease rules").
+    let lost = match (&lock.record, exit) {
+        (Some(_), exit) if exit != Exit::LockLost => {
+            lease::lost_at_leader(session.client(), &lock.nodes, lock.owner).await
+        }
+        _ => None,
+    };
+    let exit = match lost {
+        Some(why) => {
+            out.emit(Event::Lost {
+                why: format_args!(
+                    "{why} (found after the command ended: it may have run without it)"
+                ),
+            });
+            Exit::LockLost
+        }
+        None => exit,
+    };
     out.emit(Event::Ended {
         exit,
         max_runtime: plan.max_runtime,

@@ -104,10 +104,18 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
         Step::Go(done) => done,
         Step::End(exit) => return Ok(exit),
     };
-    let exit = match ran? {
+    let mut exit = match ran? {
         Step::Go(exit) => exit,
         Step::End(skipped) => return Ok(skipped),
     };
+    // The command may have ended after another holder's start: a lock
+    // found lost at the release is a lost run, whatever the command said.
+    if let Some(why) = closed.lost.as_deref().filter(|_| exit != Exit::LockLost) {
+        out.emit(Event::Lost {
+            why: format_args!("{why} (found after the command ended: it may have run without it)"),
+        });
+        exit = Exit::LockLost;
+    }
     out.emit(Event::Released {
         order: &plan.order,
         confirmed: closed.confirmed,

@@ -98,6 +98,10 @@ pub(super) struct Release {
 pub struct Closed {
     /// The server confirmed our nodes gone: deleted, or the session expired.
     pub confirmed: bool,
+    /// The release found the lock already lost (docs/design.md, "Session
+    /// and lease rules"): the session expired, or a node of ours gone
+    /// before its delete; why.
+    pub lost: Option<String>,
     /// The end was over by the time set with [`Session::end_by`], if any.
     pub in_time: bool,
     /// The session timeout the ensemble granted: unconfirmed, our nodes go
@@ -146,15 +150,16 @@ impl Session {
         let release = self.released.take().expect("sent just now");
         let end_by = self.end_by.get();
         let ending = self.close_after(release);
-        let (confirmed, in_time) = match end_by {
+        let ((confirmed, lost), in_time) = match end_by {
             None => (ending.await, true),
             Some(at) => match tokio::time::timeout_at(at, ending).await {
-                Ok(confirmed) => (confirmed, true),
-                Err(_) => (false, false),
+                Ok(ended) => (ended, true),
+                Err(_) => ((false, None), false),
             },
         };
         Closed {
             confirmed,
+            lost,
             in_time,
             timeout,
         }
@@ -164,10 +169,13 @@ impl Session {
     /// closeSession; a delete whose answer was lost with the connection is
     /// made again on the session's next connection, with closeSession
     /// behind it (docs/design.md, "Round trips"). True when the server
-    /// confirmed our nodes gone: deleted, or the session expired.
-    async fn close_after(self, release: Release) -> bool {
+    /// confirmed our nodes gone: deleted, or the session expired; and why
+    /// the lock was lost before the release, if it was.
+    async fn close_after(self, release: Release) -> (bool, Option<String>) {
         let Session { client, .. } = self;
         let bound = connection_timeout_for(client.link().borrow().session_timeout).max(CLOSE_WAIT);
+        let mut gone_found = None;
+        let gone = &mut gone_found;
         let confirming = async {
             let Release {
                 mut nodes,
@@ -176,16 +184,27 @@ impl Session {
             } = release;
             let mut losses = Losses::default();
             let mut made = Instant::now();
+            // Only a first delete's NoNode says the node was gone before:
+            // one made again may find its first attempt's work done.
+            let mut first = true;
             loop {
                 let mut lost = Vec::new();
                 for (node, answer) in nodes.into_iter().zip(deleted) {
                     match answer.await {
-                        Ok(()) | Err(Error::NoNode) => {}
-                        Err(Error::SessionExpired) => return true,
+                        Ok(()) => {}
+                        Err(Error::NoNode) if first && gone.is_none() => {
+                            *gone = Some(format!("{node} was deleted"));
+                        }
+                        Err(Error::NoNode) => {}
+                        Err(Error::SessionExpired) => {
+                            *gone = Some("the ZooKeeper session expired".to_owned());
+                            return true;
+                        }
                         Err(err) if is_connection_loss(&err) => lost.push(node),
                         Err(_) => return false,
                     }
                 }
+                first = false;
                 let close = closed.take();
                 let close_lost = match close {
                     Some(close) => matches!(close.await, Err(Error::ConnectionLoss)),
@@ -213,11 +232,12 @@ impl Session {
         let confirmed = tokio::time::timeout(bound, confirming)
             .await
             .unwrap_or(false);
+        let lost = gone_found.take();
         // The session's end (Closed on closeSession's answer), bounded.
         let mut link = client.link();
         let ended = link.wait_for(|link| link.state.is_over());
         let _ = tokio::time::timeout(CLOSE_WAIT, ended).await;
-        confirmed
+        (confirmed, lost)
     }
 }
 

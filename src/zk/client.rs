@@ -31,6 +31,8 @@ pub use crate::zk::link::{Config, ConnectError, DEFAULT_MAX_PACKET, Link, SaslFa
 pub struct Client {
     commands: mpsc::UnboundedSender<Vec<Queued>>,
     link: watch::Receiver<Link>,
+    /// The connection (numbered by [`Link::losses`]) to give up.
+    leave: Arc<watch::Sender<u64>>,
     session_id: i64,
     member: Arc<str>,
 }
@@ -43,18 +45,22 @@ impl Client {
     pub async fn connect(config: Config, burst: Burst) -> Result<Client, ConnectError> {
         let deadline = Instant::now() + config.connect_timeout;
         let (commands, received) = mpsc::unbounded_channel();
+        let now = Instant::now();
         let (link, watched) = watch::channel(Link {
             state: State::Disconnected,
             losses: 0,
             session_timeout: config.session_timeout,
-            heard: Instant::now(),
+            heard: now,
+            resumed: now,
         });
+        let (leave, left) = watch::channel(u64::MAX);
         if config.hosts.is_empty() {
             return Err(ConnectError::Unreachable("no server given".to_owned()));
         }
-        let mut driver = Driver::new(Arc::new(config), received, link, burst.0).map_err(|err| {
-            ConnectError::Unreachable(format!("creating the session's timer: {err}"))
-        })?;
+        let mut driver =
+            Driver::new(Arc::new(config), received, link, left, burst.0).map_err(|err| {
+                ConnectError::Unreachable(format!("creating the session's timer: {err}"))
+            })?;
         let conn = driver.open(deadline).await?;
         let session_id = driver.session_id();
         let member = driver.member().into();
@@ -62,6 +68,7 @@ impl Client {
         Ok(Client {
             commands,
             link: watched,
+            leave: Arc::new(leave),
             session_id,
             member,
         })
@@ -84,6 +91,15 @@ impl Client {
     /// When the latest request a server answered was sent ([`Link::heard`]).
     pub fn heard(&self) -> Instant {
         self.link.borrow().heard
+    }
+
+    /// Gives up the connection numbered `losses` ([`Link::losses`]) if it
+    /// is still the current one, as if it had broken: the session is
+    /// resumed on the next member. For a caller that found the member
+    /// stalled; the client itself gives a connection up only after 2T/3
+    /// of silence.
+    pub fn leave(&self, losses: u64) {
+        self.leave.send_replace(losses);
     }
 
     /// Writes the burst's requests in one write (at once, or behind the

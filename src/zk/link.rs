@@ -63,11 +63,13 @@ impl State {
     }
 }
 
-/// The link's state and history, watched by the lease: `losses` counts the
-/// connections lost, so that a loss is seen even after the next connect.
+/// The link's state and history, watched by the lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Link {
     pub state: State,
+    /// The connections lost so far, which also numbers the current one: a
+    /// watcher that looks only after the next connect still sees the loss
+    /// (the lease does, see `Client::leave`).
     pub losses: u64,
     /// The session timeout the ensemble granted.
     pub session_timeout: Duration,
@@ -77,6 +79,11 @@ pub struct Link {
     /// (docs/design.md, "Session and lease rules"). Updated without
     /// waking the link's watchers.
     pub heard: Instant,
+    /// When the handshake that opened or resumed the session on the
+    /// current connection was sent: a member resuming a session asks the
+    /// leader, which restarts the session's timeout then or later
+    /// (docs/design.md, "Session and lease rules").
+    pub resumed: Instant,
 }
 
 /// Why [`Client::connect`] opened no session.

@@ -23,6 +23,15 @@ pub enum Event<'a> {
         node: &'a str,
         owner: Result<i64, Error>,
     },
+    /// The confirmation written through the leader (a check of our nodes)
+    /// was answered: `node` is the one it failed on, if it did.
+    Confirmed {
+        node: &'a str,
+        result: Result<(), Error>,
+    },
+    /// The confirmation has gone unanswered for C: the member stalled, or
+    /// lost the leader.
+    Unanswered,
     /// The lease deadline passed without an answer that moved it.
     DeadlinePassed,
 }
@@ -39,6 +48,10 @@ pub enum Verdict {
     Restored,
     /// Read the node again, with a watch.
     Watch,
+    /// The leader still keeps the session: the lease may move.
+    Proven,
+    /// Give the connection up and resume the session on another member.
+    Leave,
     /// The lock is lost, for this reason (shown to the user).
     Lost(String),
 }
@@ -73,6 +86,23 @@ pub fn decide(on_disconnect: OnDisconnect, in_outage: bool, owner: i64, event: E
             // client holds the request until it is connected).
             Err(Error::ConnectionLoss | Error::SessionMoved) => Verdict::Watch,
             Err(why) => session_ended(node, why),
+        },
+        Event::Confirmed { node, result } => match result {
+            Ok(()) => Verdict::Proven,
+            Err(Error::NoNode) => Verdict::Lost(format!("{node} was deleted")),
+            // Confirmed again once connected.
+            Err(Error::ConnectionLoss | Error::SessionMoved) => Verdict::Keep,
+            Err(why @ (Error::SessionExpired | Error::AuthFailed | Error::Closed)) => {
+                session_ended(node, why)
+            }
+            Err(other) => Verdict::Lost(format!("cannot confirm {node} with ZooKeeper: {other}")),
+        },
+        // The session may live on at another member; in kill mode the
+        // connection is kept until the client gives it up (2T/3 of
+        // silence): the lease decides when the command must stop.
+        Event::Unanswered => match on_disconnect {
+            OnDisconnect::Lease => Verdict::Leave,
+            OnDisconnect::Kill => Verdict::Keep,
         },
         Event::DeadlinePassed => Verdict::Lost(
             "no answer from ZooKeeper past the lease deadline (the session may expire)".into(),
@@ -150,6 +180,34 @@ mod tests {
             assert!(is_lost(&lease(false, read)), "{why:?}");
         }
         assert!(is_lost(&lease(false, Event::DeadlinePassed)));
+    }
+
+    #[test]
+    fn a_confirmation_proves_the_lease_or_finds_the_lock_lost() {
+        let node = "/l/_c_x-lock-0000000001";
+        let confirmed = |result| lease(false, Event::Confirmed { node, result });
+        assert_eq!(confirmed(Ok(())), Verdict::Proven);
+        assert_eq!(
+            confirmed(Err(Error::NoNode)),
+            Verdict::Lost(format!("{node} was deleted"))
+        );
+        assert_eq!(
+            confirmed(Err(Error::SessionExpired)),
+            Verdict::Lost("the ZooKeeper session expired".into())
+        );
+        // Its answer lost with the connection: confirmed again later.
+        assert_eq!(confirmed(Err(Error::ConnectionLoss)), Verdict::Keep);
+        assert_eq!(confirmed(Err(Error::SessionMoved)), Verdict::Keep);
+        assert!(is_lost(&confirmed(Err(Error::NoAuth))));
+    }
+
+    #[test]
+    fn an_unanswered_confirmation_leaves_the_member_only_in_lease_mode() {
+        assert_eq!(lease(false, Event::Unanswered), Verdict::Leave);
+        // Kill mode keeps a stalled connection: leaving it would lose the
+        // lock, where the session and the lease may still hold.
+        let kill = decide(OnDisconnect::Kill, false, OURS, Event::Unanswered);
+        assert_eq!(kill, Verdict::Keep);
     }
 
     #[test]

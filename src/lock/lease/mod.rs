@@ -4,15 +4,21 @@
 
 mod decide;
 mod policy;
+mod proof;
 
 use std::time::SystemTime;
 
 use futures::future::select_all;
 use tokio::time::{Instant, sleep_until};
-use zklock::zk::client::Client;
+use zklock::zk::answers::MultiResult;
+use zklock::zk::burst::Pending;
+use zklock::zk::client::{Client, State};
+use zklock::zk::ops::MultiOp;
+use zklock::zk::records::Error;
 
 use self::decide::{Event, Verdict, decide};
 pub use self::policy::{DEFAULT_KILL_AFTER, LeasePolicy, OnDisconnect};
+use self::proof::Proof;
 use crate::lock::queue::NodeWatch;
 use crate::report::Report;
 use crate::values::{Precision, human_duration, rfc3339};
@@ -45,11 +51,12 @@ pub fn deadline(
 /// while all are held. `owner` is the session the nodes must belong to: ours,
 /// or, for a nested run re-entering an enclosing run's lock, that run's.
 /// Nodes without a watch are first read once `unwatched_from` says go.
-/// Decides from the link's states and our nodes' events alone
-/// ([`decide`]); moves `deadline` with the time the server last heard from
-/// the session, and asks the server something only when nothing else has
-/// been answered for [`LeasePolicy::ask_after`]. With `-v` (`report`), says
-/// when the connection is lost and comes back.
+/// Decides from the link's states, our nodes' events and the answers to
+/// its confirmations ([`decide`]); moves `deadline` with the time the
+/// leader is proven to have heard from the session ([`Proof`]), confirming
+/// it every [`LeasePolicy::confirm_every`] with a check of our nodes, a
+/// write the leader answers. With `-v` (`report`), says when the connection
+/// is lost and comes back.
 #[allow(clippy::too_many_arguments)]
 pub async fn lost(
     client: &Client,
@@ -61,20 +68,26 @@ pub async fn lost(
     deadline: &Deadline,
     report: &Report,
 ) -> LossReason {
-    // Moves the deadline to what the last answer allows; whether it moved.
-    let renew = || {
+    // The lease rule in the session as first granted; a shorter one
+    // granted later shortens it (`LeasePolicy::granted`).
+    let first = policy;
+    let mut policy = first.granted(client.link().borrow().session_timeout);
+    let mut proof = Proof::new(client.heard());
+    // Sets the deadline to what the proof and the granted session allow:
+    // earlier too, when a shorter session was granted. Whether it moved.
+    let renew = |proof: &Proof, policy: &LeasePolicy| {
         deadline.send_if_modified(|at| {
-            let renewed = policy.deadline_after(client.heard());
-            let later = renewed > *at;
-            if later {
-                *at = renewed;
-            }
-            later
+            let renewed = policy.deadline_after(proof.proven());
+            let moved = renewed != *at;
+            *at = renewed;
+            moved
         })
     };
-    let verdict =
-        |in_outage: bool, event: Event| decide(policy.on_disconnect, in_outage, owner, event);
+    let verdict = |policy: &LeasePolicy, in_outage: bool, event: Event| {
+        decide(policy.on_disconnect, in_outage, owner, event)
+    };
     let mut link = client.link();
+    let mut losses = link.borrow().losses;
     // While disconnected: since when.
     let mut outage: Option<Instant> = None;
     let mut nodes_lost = Box::pin(any_node_lost(
@@ -85,53 +98,141 @@ pub async fn lost(
         policy,
         owner,
     ));
-    let mut asking = None;
+    let mut confirming: Option<Confirming> = None;
+    let mut confirm_at = Instant::now() + policy.confirm_every();
     loop {
-        let state = link.borrow_and_update().state;
-        match verdict(outage.is_some(), Event::Link(state)) {
-            Verdict::Lost(reason) => return reason,
-            Verdict::OutageBegins => match outage_begins(report, *deadline.borrow()) {
-                Some(since) => outage = Some(since),
-                None => return verdict(true, Event::DeadlinePassed).lost(),
-            },
-            Verdict::Restored => {
-                renew();
-                if let Some(since) = outage.take() {
-                    report.info(format_args!(
-                        "connection to ZooKeeper restored after {}; still holding",
-                        human_duration(since.elapsed())
-                    ));
+        let now = *link.borrow_and_update();
+        policy = first.granted(now.session_timeout);
+        for state in states_since(&mut losses, now.losses, now.state) {
+            match verdict(&policy, outage.is_some(), Event::Link(state)) {
+                Verdict::Lost(reason) => return reason,
+                Verdict::OutageBegins => match outage_begins(report, *deadline.borrow()) {
+                    Some(since) => outage = Some(since),
+                    None => return verdict(&policy, true, Event::DeadlinePassed).lost(),
+                },
+                Verdict::Restored => {
+                    if let Some(since) = outage.take() {
+                        report.info(format_args!(
+                            "connection to ZooKeeper restored after {}; still holding",
+                            human_duration(since.elapsed())
+                        ));
+                    }
                 }
+                _ => {}
             }
-            Verdict::Keep | Verdict::Watch => {}
         }
-        let ask_at = client.heard() + policy.ask_after();
+        if now.state == State::Connected {
+            proof.resumed(now.resumed);
+            confirm_at = confirm_at.min(Instant::now() + policy.confirm_every());
+        }
+        renew(&proof, &policy);
         let at = *deadline.borrow();
+        let stalled_at = (confirming.as_ref())
+            .filter(|c| !c.left)
+            .map(|c| c.sent + policy.connection_timeout);
         tokio::select! {
             reason = &mut nodes_lost => return reason,
             changed = link.changed() => {
                 if changed.is_err() {
-                    return verdict(outage.is_some(), Event::Link(zklock::zk::client::State::Closed)).lost();
+                    return verdict(&policy, outage.is_some(), Event::Link(State::Closed)).lost();
                 }
             }
-            // Nothing answered for a while: ask (any node will do, and
-            // exists needs no permission); its answer moves the deadline.
-            () = sleep_until(ask_at), if asking.is_none() && outage.is_none() => {
-                renew();
-                if client.heard() + policy.ask_after() <= Instant::now() {
-                    asking = Some(client.call(|b| b.exists("/", false)));
-                }
+            () = sleep_until(confirm_at), if confirming.is_none() && outage.is_none() => {
+                proof.mark(Instant::now(), client.heard());
+                confirming = Some(Confirming::send(client, nodes, losses));
             }
-            _ = async { asking.as_mut().expect("guarded").await }, if asking.is_some() => {
-                asking = None;
-                renew();
+            (node, result) = async { confirming.as_mut().expect("guarded").answer().await },
+                if confirming.is_some() =>
+            {
+                let sent = confirming.take().expect("guarded").sent;
+                let event = Event::Confirmed { node: &node, result };
+                match verdict(&policy, outage.is_some(), event) {
+                    Verdict::Lost(reason) => return reason,
+                    Verdict::Proven => {
+                        proof.confirmed(sent, policy.proof_lag());
+                        confirm_at = sent + policy.confirm_every();
+                    }
+                    _ => confirm_at = Instant::now(),
+                }
+                proof.mark(Instant::now(), client.heard());
+            }
+            () = sleep_until(stalled_at.unwrap_or(at)), if stalled_at.is_some() => {
+                let confirm = confirming.as_mut().expect("guarded");
+                confirm.left = true;
+                if verdict(&policy, outage.is_some(), Event::Unanswered) == Verdict::Leave {
+                    client.leave(confirm.losses);
+                }
             }
             () = sleep_until(at) => {
-                if !renew() {
-                    return verdict(outage.is_some(), Event::DeadlinePassed).lost();
+                if !renew(&proof, &policy) {
+                    return verdict(&policy, outage.is_some(), Event::DeadlinePassed).lost();
                 }
             }
         }
+    }
+}
+
+/// A confirmation in flight: a check of our nodes, a write the leader
+/// answers (it changes nothing and fires no watch).
+struct Confirming {
+    sent: Instant,
+    /// The connection it was written on ([`zklock::zk::client::Link::losses`]).
+    losses: u64,
+    /// Whether the client was asked to leave its member for it.
+    left: bool,
+    nodes: Vec<String>,
+    answer: Pending<Vec<Result<MultiResult, Error>>>,
+}
+
+impl Confirming {
+    fn send(client: &Client, nodes: &[String], losses: u64) -> Confirming {
+        let checks = (nodes.iter())
+            .map(|node| MultiOp::Check {
+                path: node.clone(),
+                version: -1,
+            })
+            .collect();
+        Confirming {
+            sent: Instant::now(),
+            losses,
+            left: false,
+            nodes: nodes.to_vec(),
+            answer: client.call(|b| b.multi(checks)),
+        }
+    }
+
+    /// The node the check failed on (the first one if none), and why.
+    async fn answer(&mut self) -> (String, Result<(), Error>) {
+        let first = self.nodes.first().cloned().unwrap_or_default();
+        match (&mut self.answer).await {
+            Err(why) => (first, Err(why)),
+            Ok(results) => {
+                // A failed multi answers 0 for the ops before the one that
+                // failed and RuntimeInconsistency after it.
+                let failed = (self.nodes.iter().zip(results)).find_map(|(node, result)| {
+                    let why = result.err()?;
+                    let real = !matches!(why, Error::Other(0) | Error::RuntimeInconsistency);
+                    real.then(|| (node.clone(), why))
+                });
+                match failed {
+                    Some((node, why)) => (node, Err(why)),
+                    None => (first, Ok(())),
+                }
+            }
+        }
+    }
+}
+
+/// The states the link went through since the lease last looked, when it
+/// had seen `seen` losses: a loss followed by a new connection before it
+/// looked is still a loss (`--on-disconnect kill`), and an outage that
+/// ended.
+fn states_since(seen: &mut u64, losses: u64, state: State) -> Vec<State> {
+    let lost = std::mem::replace(seen, losses) != losses;
+    match state {
+        State::Disconnected => vec![state],
+        _ if lost => vec![State::Disconnected, state],
+        _ => vec![state],
     }
 }
 
@@ -217,6 +318,23 @@ pub async fn lost_now(client: &Client, nodes: &[String], owner: i64) -> Option<L
     None
 }
 
+/// Why a lock held through `nodes` is lost, found by a confirmation through
+/// the leader (as [`lost`] makes them): for what must be known before it is
+/// written down, such as a run's record. None when it holds, or when the
+/// answer was lost with the connection (the release then tells).
+pub async fn lost_at_leader(client: &Client, nodes: &[String], owner: i64) -> Option<LossReason> {
+    let mut confirming = Confirming::send(client, nodes, 0);
+    let (node, result) = confirming.answer().await;
+    let event = Event::Confirmed {
+        node: &node,
+        result,
+    };
+    match decide(OnDisconnect::Lease, false, owner, event) {
+        Verdict::Lost(reason) => Some(reason),
+        _ => None,
+    }
+}
+
 /// Watches our node with a data watch (starting with `watch` if given):
 /// resolves when it is deleted, found owned by a session other than
 /// `owner`, or the session ends ([`decide`]).
@@ -248,7 +366,39 @@ async fn node_lost(
         match verdict(event) {
             Verdict::Lost(reason) => return reason,
             Verdict::Watch => watch = None,
-            Verdict::Keep | Verdict::OutageBegins | Verdict::Restored => {}
+            _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loss_seen_only_in_the_count_is_a_disconnection() {
+        let mut seen = 0;
+        assert_eq!(
+            states_since(&mut seen, 0, State::Connected),
+            [State::Connected]
+        );
+        // Lost and connected again before the lease looked.
+        assert_eq!(
+            states_since(&mut seen, 1, State::Connected),
+            [State::Disconnected, State::Connected]
+        );
+        assert_eq!(seen, 1);
+        assert_eq!(
+            states_since(&mut seen, 1, State::Connected),
+            [State::Connected]
+        );
+        assert_eq!(
+            states_since(&mut seen, 2, State::Disconnected),
+            [State::Disconnected]
+        );
+        assert_eq!(
+            states_since(&mut seen, 3, State::Expired),
+            [State::Disconnected, State::Expired]
+        );
     }
 }

@@ -44,17 +44,44 @@ impl LeasePolicy {
         sent + self.lease()
     }
 
-    /// How long after the server last heard from us (an answered request,
-    /// the client's pings included) a holder asks something itself, if no
-    /// other answer came meanwhile: where the lease leaves room, early
-    /// enough that its answer, or the client's verdict that the connection
-    /// is gone (a request unanswered for C) and one reconnection (C), come
-    /// before the deadline; never more often than three times a lease. The
-    /// client pings a connection quiet for T/3: where that comes first, a
-    /// holder asks nothing.
-    pub fn ask_after(&self) -> Duration {
-        let lease = self.lease();
-        (lease.saturating_sub(self.connection_timeout * 2)).max(lease / 3)
+    /// How late the leader may learn that a member heard from the session:
+    /// the leader pings each follower every tickTime/2 and the follower's
+    /// answer lists the sessions it heard from since. zklock cannot read
+    /// the ensemble's tickTime; ZooKeeper grants no session shorter than
+    /// its minSessionTimeout, 2 tickTime unless an operator lowered it, so
+    /// tickTime/2 is at most T/4; 100 ms more for the ping's way and the
+    /// leader's scheduling (docs/design.md, "Session and lease rules").
+    pub fn proof_lag(&self) -> Duration {
+        self.session_timeout / 4 + Duration::from_millis(100)
+    }
+
+    /// How often a holder confirms the lease through the leader: a
+    /// confirmation proves what was heard a proof lag before it was sent,
+    /// so the proven time trails now by at most the lag, two intervals and
+    /// the round trips. Three intervals fit in what the lease leaves after
+    /// the lag, so that one confirmation may be late and the next still
+    /// comes before the deadline; and at most half the lag, so that a long
+    /// lease leaves a stall (a server's pause, a reconnection) at least
+    /// `lease - 2 lag` of it.
+    pub fn confirm_every(&self) -> Duration {
+        let room = self.lease().saturating_sub(self.proof_lag());
+        (room / 3)
+            .min(self.proof_lag() / 2)
+            .max(Duration::from_millis(20))
+    }
+
+    /// This policy in a session the ensemble granted `granted` on a
+    /// (re)connection: a shorter timeout shortens the lease from then on
+    /// (`--kill-after` stays); never longer than the first one's.
+    pub fn granted(self, granted: Duration) -> LeasePolicy {
+        if granted >= self.session_timeout {
+            return self;
+        }
+        LeasePolicy {
+            session_timeout: granted,
+            connection_timeout: crate::session::connection_timeout_for(granted),
+            ..self
+        }
     }
 
     /// How long the command may keep running after C without an answer
@@ -203,21 +230,45 @@ mod tests {
 
     #[test]
     fn answers_come_well_within_the_lease() {
-        for t in [400, 1_000, 2_000, 4_000, 10_000, 60_000] {
+        // Sessions of at least 2 ticks of 500 ms (ZooKeeper's minimum).
+        for t in [1_000, 2_000, 4_000, 10_000, 60_000] {
             let p = policy_ms(t, u64::MAX, OnDisconnect::Lease)
                 .with_default_kill_after()
                 .unwrap();
-            // A connected holder, asking on time, never reaches its
-            // deadline between two answers: a lost connection is found
-            // (C) before it, with room to reconnect where there is any.
-            assert!(p.ask_after() < p.lease(), "{t}: {p:?}");
-            if p.check().is_ok() {
-                assert!(
-                    p.ask_after() + p.connection_timeout < p.lease(),
-                    "{t}: {p:?}"
-                );
-            }
+            // A connected holder confirming on time never reaches its
+            // deadline: the proven time trails an answer by the lag and
+            // one interval, and the next answer comes an interval later,
+            // with an interval to spare.
+            let every = p.confirm_every();
+            assert!(p.proof_lag() + every * 3 <= p.lease(), "{t}: {p:?}");
+            assert!(every >= Duration::from_millis(50), "{t}: {p:?}");
         }
+    }
+
+    #[test]
+    fn the_proof_lag_is_half_the_longest_tick_the_session_allows() {
+        // Production ticks (2 s) allow sessions from 4 s: T/4 = tickTime/2.
+        let p = policy(4, 1, OnDisconnect::Lease);
+        assert_eq!(p.proof_lag(), Duration::from_millis(1100));
+        // 4 s - 1 s - 0.35 s = 2.65 s; 1.55 s after the lag, a third each.
+        assert_eq!(p.confirm_every(), Duration::from_nanos(516_666_666));
+        // A long lease: half the lag, which leaves a stall lease - 2 lag.
+        let long = policy(12, 1, OnDisconnect::Lease);
+        assert_eq!(long.proof_lag(), Duration::from_millis(3100));
+        assert_eq!(long.confirm_every(), Duration::from_millis(1550));
+    }
+
+    #[test]
+    fn a_shorter_granted_session_shortens_the_lease_and_a_longer_one_does_not() {
+        let p = policy(10, 2, OnDisconnect::Lease);
+        let shorter = p.granted(Duration::from_secs(6));
+        assert_eq!(shorter.session_timeout, Duration::from_secs(6));
+        assert_eq!(shorter.kill_after, p.kill_after);
+        // 6 s - 2 s - (1.2 s / 4 + 0.1 s)
+        assert_eq!(shorter.lease(), Duration::from_millis(3600));
+        assert!(shorter.lease() < p.lease());
+        let longer = p.granted(Duration::from_secs(20));
+        assert_eq!(longer.lease(), p.lease());
     }
 
     #[test]

@@ -117,6 +117,7 @@ impl Driver {
                     link.state = State::Connected;
                     link.session_timeout = self.timeout;
                     link.heard = link.heard.max(sent);
+                    link.resumed = sent;
                 });
                 Ok(conn)
             }

@@ -70,6 +70,8 @@ pub struct Driver {
     config: Arc<Config>,
     commands: mpsc::UnboundedReceiver<Vec<Queued>>,
     link: watch::Sender<Link>,
+    /// The connection the caller gave up ([`Link::losses`]).
+    leave: watch::Receiver<u64>,
     session_id: i64,
     password: Vec<u8>,
     timeout: Duration,
@@ -93,6 +95,7 @@ impl Driver {
         config: Arc<Config>,
         commands: mpsc::UnboundedReceiver<Vec<Queued>>,
         link: watch::Sender<Link>,
+        leave: watch::Receiver<u64>,
         burst: Vec<Queued>,
     ) -> std::io::Result<Driver> {
         let timeout = config.session_timeout;
@@ -102,6 +105,7 @@ impl Driver {
             config,
             commands,
             link,
+            leave,
             session_id: 0,
             password: vec![0; 16],
             timeout,
@@ -145,21 +149,18 @@ impl Driver {
     async fn serve(&mut self, conn: &mut Conn) -> End {
         let third = self.timeout / 3;
         let mut abandoned = false;
+        let mut leave_open = true;
         let mut last_sent = Instant::now();
         let mut last_heard = Instant::now();
         let mut ping_sent = None;
         loop {
             let ping_at = last_sent + third;
-            // Silent for two thirds of the timeout, or a request (a ping
-            // included) unanswered for as long as a member may take to
-            // answer a handshake: the connection is gone.
-            let oldest = (self.in_flight.front().map(|f| f.sent))
-                .into_iter()
-                .chain(ping_sent)
-                .min();
-            let unanswered = oldest.map(|sent| sent + self.config.attempt_timeout);
-            let dead_at =
-                (last_heard + third * 2).min(unanswered.unwrap_or(Instant::now() + self.timeout));
+            // Silent for two thirds of the timeout, as the Java client
+            // reads it: the connection is gone. A request unanswered for
+            // less is a stalled server (a long fsync, a pause), which the
+            // session survives; a caller that must not wait for it says
+            // so (`Client::leave`).
+            let dead_at = last_heard + third * 2;
             if self.alarm.set(ping_at.min(dead_at)).is_err() {
                 return End::Lost;
             }
@@ -188,6 +189,13 @@ impl Driver {
                         self.write_requests(vec![close], &mut out);
                     }
                 },
+                left = self.leave.changed(), if leave_open => {
+                    let here = self.link.borrow().losses;
+                    leave_open = left.is_ok();
+                    if leave_open && *self.leave.borrow_and_update() == here {
+                        return End::Lost;
+                    }
+                }
                 rang = self.alarm.ring() => {
                     if rang.is_err() || Instant::now() >= dead_at {
                         return End::Lost;

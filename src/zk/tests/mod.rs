@@ -5,6 +5,7 @@
 mod answers;
 mod auth;
 mod bounds;
+mod patience;
 mod requests;
 mod script;
 mod session;

@@ -36,6 +36,13 @@ pub const CI_VARIABLES: &[&str] = &[
 /// notify it) and stdin from /dev/null.
 pub fn zklock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_zklock"));
+    clean_environment(&mut cmd);
+    cmd
+}
+
+/// What [`zklock`] does to the environment and stdin of `cmd`, which runs the
+/// binary some other way (in a network namespace: `Net::zklock`).
+pub fn clean_environment(cmd: &mut Command) {
     for (key, _) in std::env::vars_os() {
         if key.as_bytes().starts_with(b"ZKLOCK_") {
             cmd.env_remove(&key);
@@ -48,7 +55,6 @@ pub fn zklock() -> Command {
         cmd.env_remove(key);
     }
     cmd.stdin(Stdio::null());
-    cmd
 }
 
 /// `zklock run -z CONNECT PATH`; the caller appends options, `--` and the command.

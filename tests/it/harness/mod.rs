@@ -12,8 +12,11 @@ mod ensemble;
 mod frames;
 mod gated;
 mod holder;
+mod intervals;
 mod kazoo;
 mod kdc;
+mod net_ensemble;
+mod netns;
 mod node;
 mod pki;
 mod process;
@@ -30,8 +33,8 @@ use std::time::{Duration, Instant};
 pub use client::{Inspector, Stat, acl, open_acl};
 pub use client_security::{ClientSasl, ClientSecurity, ClientTls};
 pub use cmd::{
-    CI_VARIABLES, Entry, EntryKind, KillOnDrop, LockLog, signal, unique_path, wait_for_exit,
-    wait_for_file, zklock, zklock_run,
+    CI_VARIABLES, Entry, EntryKind, KillOnDrop, LockLog, clean_environment, signal, unique_path,
+    wait_for_exit, wait_for_file, zklock, zklock_run,
 };
 pub use curator::{Curator, CuratorHold, CuratorKind};
 pub use ensemble::Ensemble;
@@ -40,8 +43,11 @@ pub use holder::{
     Holder, assert_no_lock_nodes, contenders, ephemerals, is_dead, wait_for_contenders,
     wait_no_lock_nodes,
 };
+pub use intervals::{interval, recording, stamped_start};
 pub use kazoo::{KazooKind, KazooLock, python};
 pub use kdc::{KRB_CLIENT, KRB_CLIENT_PASSWORD, KRB_OTHER_CLIENT, Kdc, REALM, kdc, krb5_dir};
+pub use net_ensemble::NetEnsemble;
+pub use netns::{Host, Net};
 pub use pki::{CLIENT_DN, CLIENT_SUBJECT, CertKey, OTHER_CLIENT_DN, Pki, pki};
 pub use process::{
     KillGroupOnDrop, Outcome, assert_no_nodes, pid_alive, read_pid_file, run_bounded, wait_pid_gone,

@@ -227,6 +227,8 @@ pub(crate) struct Node {
     start_timeout: Duration,
     child: Option<Child>,
     paused: bool,
+    /// The network namespace the JVM runs in (see `netns.rs`), if not ours.
+    netns: Option<String>,
 }
 
 impl Node {
@@ -316,7 +318,23 @@ impl Node {
             start_timeout: opts.start_timeout,
             child: None,
             paused: false,
+            netns: None,
         }
+    }
+
+    /// Runs the server in the network namespace `netns`, listening for
+    /// clients at `ip` (its probes must then be made from inside that
+    /// network: `netns::Net::within`). Before the first spawn.
+    pub(crate) fn place(&mut self, netns: &str, ip: std::net::Ipv4Addr) {
+        let config = self.dir.path().join("zoo.cfg");
+        let text = fs::read_to_string(&config).expect("read zoo.cfg");
+        let text = text.replace(
+            "clientPortAddress=127.0.0.1",
+            &format!("clientPortAddress={ip}"),
+        );
+        fs::write(&config, text).expect("write zoo.cfg");
+        self.client_addr.set_ip(ip.into());
+        self.netns = Some(netns.to_owned());
     }
 
     /// The plain client port, which the harness's 4-letter-word probes use.
@@ -371,7 +389,15 @@ impl Node {
                 classpath = format!("{classpath}:{jar}");
             }
         }
-        let mut cmd = Command::new(JAVA);
+        let mut cmd = match &self.netns {
+            // `ip netns exec` execs the JVM: the pid stays the JVM's.
+            Some(netns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", netns, JAVA]);
+                cmd
+            }
+            None => Command::new(JAVA),
+        };
         cmd.args(&self.jvm_args)
             .arg("-cp")
             .arg(classpath)
