@@ -7,7 +7,9 @@
 //! and 8 s side by side under the same fault. The three faults run at once,
 //! each on its own ensemble. Each command writes its start, a heartbeat every
 //! 20 ms and its end (bash's $EPOCHREALTIME); the margin reported is how long
-//! before the waiter's start the holder's command was stopped.
+//! before the waiter's start the holder's command was stopped. Beside them, a
+//! script holds a lock with `zklock hold` (4 s sessions) and runs the same
+//! recording as a step: it too stops before its waiter starts (issue 36).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -140,6 +142,54 @@ fn scenario(fault: Fault) -> Vec<String> {
         ));
         hosts.push(holder_host);
     }
+    // A hold's step (issue 36): a script holds the lock on the holders'
+    // member, with 4 s sessions, and runs the recording as a child process;
+    // a waiter queues behind it on the other member.
+    let hold_path = format!("/p37/{fault:?}-hold");
+    let hold_host = ensemble.client_host("hh");
+    let runtime = dir.path().join("run");
+    fs::create_dir_all(&runtime).unwrap();
+    let hold_stderr = dir.path().join("HH.stderr");
+    let hold_script = format!(
+        r#"eval "$("$ZKLOCK" hold -z {} --session-timeout 4s {hold_path})" || exit
+        bash -c "$STEP""#,
+        ensemble.connect_string_of(held_at)
+    );
+    let hold = ensemble
+        .net
+        .command(&hold_host, "bash")
+        .args(["-c", &hold_script])
+        .env("ZKLOCK", env!("CARGO_BIN_EXE_zklock"))
+        .env("STEP", recording(&log, "HH"))
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&hold_stderr).expect("stderr file"))
+        .spawn()
+        .expect("spawn the hold's script");
+    let _hold = KillOnDrop(hold);
+    let started = Instant::now();
+    while interval(&fs::read_to_string(&log).unwrap(), "HH").is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the hold's step never started: {}",
+            fs::read_to_string(&hold_stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let hold_waiter_host = ensemble.client_host("hw");
+    waiters.push(spawn(
+        &ensemble,
+        Run {
+            host: &hold_waiter_host,
+            member: waited_at,
+            session: 4,
+            path: &hold_path,
+            script: &stamped_start(&log, "WH"),
+            name: "WH",
+        },
+        dir.path(),
+    ));
+    hosts.push(hold_host);
     // The waiters queue behind the holders.
     std::thread::sleep(Duration::from_secs(2));
     let cut = SystemTime::now();
@@ -168,6 +218,7 @@ fn scenario(fault: Fault) -> Vec<String> {
         SESSIONS
             .iter()
             .all(|t| interval(&text, &format!("W{t}")).is_some())
+            && interval(&text, "WH").is_some()
     };
     while !waited_all() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -223,6 +274,22 @@ fn scenario(fault: Fault) -> Vec<String> {
             w_start - h_end
         ));
     }
+    let (_, hold_end) = interval(&text, "HH").expect("the hold's step ran");
+    let Some((hold_waiter, _)) = interval(&text, "WH") else {
+        panic!("WH never started\n{}", context());
+    };
+    assert!(
+        hold_end < hold_waiter,
+        "{fault:?} hold, T=4s: the step ran until {hold_end:.3}, the waiter started at {hold_waiter:.3}\n{}\n{}",
+        fs::read_to_string(&hold_stderr).unwrap_or_default(),
+        context()
+    );
+    report.push(format!(
+        "{fault:?} hold T=4s: step stopped {:.2}s after the cut, waiter started {:.2}s after it: margin {:.2}s",
+        hold_end - epoch(cut),
+        hold_waiter - epoch(cut),
+        hold_waiter - hold_end
+    ));
     report
 }
 
