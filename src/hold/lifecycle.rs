@@ -129,7 +129,7 @@ pub(super) async fn lifecycle(
             // Nested runs in other shells, told each deadline.
             loop {
                 tokio::select! {
-                    reason = &mut lost => break Ended::Lost(reason),
+                    reason = &mut lost => break Ended::Lost(woken_late(reason, *handed.borrow())),
                     () = bound_exit(&binding), if !draining => {
                         draining = true;
                     }
@@ -307,6 +307,26 @@ async fn give_up_with(caller: Bound, held: tokio::sync::oneshot::Receiver<()>) {
             let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::TERM);
         }
         _ = held => {}
+    }
+}
+
+/// How late past the lease deadline the holder may hear of a loss before
+/// it counts as having been stopped (or starved) meanwhile.
+const LATE: Duration = Duration::from_millis(500);
+
+/// Why the lock was lost, as the holder says it: a holder that learns of
+/// it only well past its lease deadline was stopped (SIGSTOP, a debugger)
+/// or starved, and its keeper stopped the steps; the lease's own words
+/// ("no answer") would blame ZooKeeper.
+fn woken_late(reason: lease::LossReason, deadline: Instant) -> lease::LossReason {
+    let late = Instant::now().saturating_duration_since(deadline);
+    match late > LATE {
+        true => format!(
+            "the holder was stopped past its lease deadline (for {} more), so the lock was \
+             no longer kept ({reason})",
+            crate::values::human_duration(late)
+        ),
+        false => reason,
     }
 }
 

@@ -328,3 +328,29 @@ fn a_nested_step_stops_when_the_holder_is_stopped() {
 fn a_nested_step_stops_when_the_holder_is_cut_off() {
     nested_scenario(Fault::Partition);
 }
+
+/// A holder stopped (SIGSTOP) past its lease deadline says so when asked,
+/// rather than blaming ZooKeeper: `release` exits 76 naming the stop.
+#[test]
+fn a_holder_stopped_past_its_lease_says_so() {
+    let place = Place::new("hold-stopped");
+    let hold = place.run(
+        r#""$ZKLOCK" hold --until-released --max-hold 1m --session-timeout 4s --format json \
+            -z "$ZK" "$P""#,
+    );
+    hold.assert_code(0);
+    let vars: HashMap<String, String> = serde_json::from_str(&hold.stdout).unwrap();
+    std::fs::write(place.file("socket"), &vars["ZKLOCK_HOLD"]).unwrap();
+    let holder = holder_pid(&place);
+    signal(holder, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(5));
+    signal(holder, libc::SIGCONT);
+    let release = place.run(r#""$ZKLOCK" release "$P""#);
+    release.assert_code(76);
+    assert!(
+        release.one_error_line().contains("holder was stopped"),
+        "{}",
+        release.stderr
+    );
+    place.assert_clean(place.zk());
+}
