@@ -242,11 +242,21 @@ pub(super) async fn lifecycle(
         if let Some(record) = lock.record.take() {
             record.finish(&plan, session.client(), exit).await;
         }
-        if let Ended::Lost(_) = &ended {
+        if let Ended::Lost(reason) = &ended {
             // The outcome now, not once the session's end is confirmed.
             outputs.finish(&Ok(exit));
+            linger(
+                &control,
+                &binding,
+                signals,
+                reason,
+                &plan.paths,
+                owner,
+                session,
+            )
+            .await;
         }
-        anyhow::Ok(Step::Go((exit, ended, control, owner)))
+        anyhow::Ok(Step::Go((exit, ended, control)))
     };
     // Under an enclosing run or hold of the same paths: at once, under its
     // nodes, which are not ours (docs/design.md, "Nested runs"). Every way
@@ -260,7 +270,8 @@ pub(super) async fn lifecycle(
             Step::End(exit) => return Ok(exit),
         },
     };
-    let (exit, ended, control, owner) = match held? {
+    // The socket goes last, with `control`.
+    let (exit, ended, _control) = match held? {
         Step::Go(held) => held,
         Step::End(skipped) => return Ok(skipped),
     };
@@ -278,18 +289,7 @@ pub(super) async fn lifecycle(
             };
             asker.released(&released);
         }
-        Ended::Lost(reason) => {
-            linger(
-                &control,
-                &binding,
-                &mut signals,
-                &reason,
-                &plan.paths,
-                owner,
-            )
-            .await;
-        }
-        Ended::BoundExited | Ended::Signal(_) => {}
+        Ended::Lost(_) | Ended::BoundExited | Ended::Signal(_) => {}
     }
     Ok(exit)
 }
@@ -362,12 +362,29 @@ async fn linger(
     reason: &str,
     paths: &[&str],
     owner: i64,
+    session: &Session,
 ) {
-    let until = Instant::now() + binding.max_hold.unwrap_or_default().max(LINGER);
+    // Our deletes and closeSession go now, and are made again on the
+    // session's next connection: after an outage our nodes go as soon as a
+    // member is back, not a session timeout later.
+    session.release();
+    let mut link = session.client().link();
+    let mut over = pin!(async move {
+        let _ = link.wait_for(|link| link.state.is_over()).await;
+    });
+    let (mut ended, mut bound_gone) = (false, false);
+    let mut until = Instant::now() + binding.max_hold.unwrap_or_default().max(LINGER);
     loop {
+        if ended && bound_gone {
+            return;
+        }
         tokio::select! {
-            () = bound_exit(binding) => return,
-            () = sleep_until(until), if binding.bound().is_none() => return,
+            () = &mut over, if !ended => ended = true,
+            () = bound_exit(binding), if !bound_gone && binding.bound().is_some() => {
+                bound_gone = true;
+                until = Instant::now() + LINGER;
+            }
+            () = sleep_until(until), if binding.bound().is_none() || bound_gone => return,
             _ = abort_signal(signals) => return,
             (request, asker) = control.next() => match request {
                 Request::Paths => asker.paths(paths),

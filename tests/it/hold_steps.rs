@@ -354,3 +354,33 @@ fn a_holder_stopped_past_its_lease_says_so() {
     );
     place.assert_clean(place.zk());
 }
+
+/// A hold lost while ZooKeeper is down deletes its node as soon as the
+/// server is back, not when its session expires there: with 20 s
+/// sessions, the lock is free well within the session timeout of the
+/// server's return.
+#[test]
+fn a_hold_lost_in_an_outage_frees_the_lock_once_the_server_is_back() {
+    let mut server = ZkServer::start();
+    let place = Place::at(&server.connect_string(), "hold-outage");
+    let mut script = place.spawn(
+        r#"eval "$("$ZKLOCK" hold --session-timeout 20s --max-hold 2s -z "$ZK" "$P")" || exit
+        echo held > "$OUT/held"
+        sleep 60"#,
+    );
+    wait_until(LONG, "held", || place.file("held").exists());
+    server.stop();
+    // --max-hold passes meanwhile: the step is stopped, the hold lost.
+    let _ = script.0.wait();
+    std::thread::sleep(Duration::from_secs(1));
+    server.start_again();
+    let back = std::time::Instant::now();
+    let zk = crate::harness::Inspector::connect(&server.connect_string());
+    wait_until(LONG, "the lock is free", || zk.tree(&place.path).is_empty());
+    assert!(
+        back.elapsed() < Duration::from_secs(10),
+        "the node stayed {:?} after the server came back (sessions of 20 s)",
+        back.elapsed()
+    );
+    place.assert_clean(&zk);
+}
