@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::script::{Member, config, reaches};
+use super::script::{Member, accept_either, config, reaches};
 use crate::zk::burst::Burst;
 use crate::zk::client::{Client, State};
 use crate::zk::records::opcode;
@@ -19,7 +19,8 @@ async fn a_request_unanswered_for_c_keeps_the_connection_until_two_thirds_of_sil
     let mut config = config(&[&a, &b]);
     config.attempt_timeout = Duration::from_millis(200);
     let connecting = tokio::spawn(Client::connect(config, Burst::default()));
-    let mut peer = a.accept().await;
+    // The client tries the members in an order of its own.
+    let (mut peer, next) = accept_either(&a, &b).await;
     peer.connect_request().await;
     let answered = peer.accept_session(0x42, GRANTED).await;
     let client = connecting.await.unwrap().unwrap();
@@ -38,7 +39,7 @@ async fn a_request_unanswered_for_c_keeps_the_connection_until_two_thirds_of_sil
     drop(stalled);
 
     // The session resumed on the next member; a caller gives it up at once.
-    let mut peer = b.accept().await;
+    let mut peer = next.accept().await;
     peer.connect_request().await;
     peer.accept_session(0x42, GRANTED).await;
     reaches(&client, State::Connected).await;
