@@ -5,6 +5,7 @@
 //! a host that finds no run going on lists the queue, and a host already in
 //! the queue ends too once the record shows the success.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -54,12 +55,15 @@ pub async fn fired_at(client: &Client, node: &Node) -> Result<i64> {
 
 /// Waits out a run going on (the record's `running`, while its node is
 /// there), from `first` (the record as read with our node's create).
+/// `looked` is set once it waits: the record was its first look, and
+/// `--timeout` may end the wait from then on.
 pub async fn wait_out(
     plan: &Plan<'_>,
     client: &Client,
     node: &Node,
     fired_ms: i64,
     first: Pending<Data>,
+    looked: &Cell<bool>,
 ) -> Result<Gate> {
     let mut first = Some(first);
     let mut waited_on = None;
@@ -74,6 +78,7 @@ pub async fn wait_out(
             let alive = retrying(|| client.call(|b| b.exists(&runner.node, true))).await;
             let alive = alive.context("looking for the run going on")?;
             if alive.stat.is_some() {
+                looked.set(true);
                 waited_on = Some(runner.node.clone());
                 first_of(read.watch, alive.watch).await;
                 continue;

@@ -180,16 +180,14 @@ impl Session {
 
     /// [`Session::open`], given up by `by` if that comes before the connect
     /// timeout (a run's `--timeout` counts from its start, the connection
-    /// included), but never before one attempt's time (C): the first look
-    /// at the queue always happens, so `-w 1ms` takes a free lock as `-n`
-    /// does.
+    /// included), but never before one attempt's time (the attempt timeout
+    /// C, see [`connection_timeout_for`]).
     pub async fn open_by(settings: &Settings, burst: Burst, by: Option<Instant>) -> Result<Opened> {
         let mut config = settings.config();
-        let one_attempt = connection_timeout_for(settings.session_timeout);
-        let limit = by.map(|by| {
-            by.saturating_duration_since(Instant::now())
-                .max(one_attempt)
-        });
+        // The first look at the queue always happens (`-w 1ms` takes a
+        // free lock): the connection gets one attempt's time at least.
+        let first_look = config.attempt_timeout;
+        let limit = by.map(|by| by.saturating_duration_since(Instant::now()).max(first_look));
         config.connect_timeout = config.connect_timeout.min(limit.unwrap_or(Duration::MAX));
         let within = match config.connect_timeout < settings.connect_timeout {
             true => "before --timeout ran out".to_owned(),

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{Outcome, Scene, TempDir, run_bounded};
+use crate::harness::{Ensemble, Gated, Outcome, Scene, TempDir, run_bounded, wait_for_contenders};
 
 const LONG: Duration = Duration::from_secs(60);
 const HOSTS: usize = 40;
@@ -92,4 +92,52 @@ fn a_failed_run_is_taken_over_by_one_host() {
     // record while the second ran.
     let writes = record_writes(&s);
     assert!(writes <= 5, "the record was written {writes} times");
+}
+
+/// Issue 38, a reconnection storm at a size CI affords: waiters spread over
+/// a 3-member ensemble's members (each session shuffles them); the member
+/// with the most of them restarted, they resume their sessions on the
+/// others, keep their places in the queue (no waiter queues again), and
+/// every one takes its turn, alone.
+#[test]
+fn waiters_spread_over_the_members_and_keep_their_places_when_one_restarts() {
+    const WAITERS: usize = 24;
+    let mut ensemble = Ensemble::start(3);
+    let s = Scene::on(ensemble.connect_string(), "fleet-storm");
+    let holder = Gated::start(s.run());
+    let body = s.log.shell_body("true");
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let mut cmd = s.run();
+            cmd.args(["-v", "-c", &body]);
+            std::thread::spawn(move || run_bounded(&mut cmd, LONG))
+        })
+        .collect();
+    wait_for_contenders(s.zk(), &s.path, "-lock-", WAITERS + 1);
+    let sessions: Vec<usize> = (0..3)
+        .map(|i| {
+            let cons = ensemble.four_letter(i, "cons");
+            cons.lines().filter(|line| line.contains("sid=")).count()
+        })
+        .collect();
+    // Before issue 38 every session was on the first member listed.
+    assert!(
+        sessions.iter().all(|&n| n > 0),
+        "sessions per member: {sessions:?}"
+    );
+    let busiest = (0..3).max_by_key(|&i| sessions[i]).unwrap();
+    ensemble.kill(busiest);
+    ensemble.start_again(busiest);
+    assert!(holder.finish().success());
+    let outcomes: Vec<Outcome> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+    for outcome in &outcomes {
+        outcome.assert_code(0);
+        assert!(
+            !outcome.stderr.contains("queueing again"),
+            "{}",
+            outcome.stderr
+        );
+    }
+    s.log.assert_exclusive();
+    s.log.assert_tokens_increase();
 }
