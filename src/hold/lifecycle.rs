@@ -28,6 +28,7 @@ use crate::run::plan::Plan;
 use crate::run::{Event, Outputs, first_token, once};
 use crate::session::Session;
 use crate::values::{Precision, rfc3339};
+use zklock::zk::client::{Link, State};
 
 /// How long, at least, an unbound holder answers `zklock release` after the
 /// lock was lost (docs/design.md, "Holds").
@@ -364,12 +365,15 @@ async fn linger(
     owner: i64,
     session: &Session,
 ) {
-    // Our deletes and closeSession go now, and are made again on the
-    // session's next connection: after an outage our nodes go as soon as a
-    // member is back, not a session timeout later.
-    session.release();
+    // Our deletes and closeSession go as soon as a member takes the
+    // session again (at once when connected): after an outage our nodes go
+    // when a member is back, not a session timeout later. The scope's end
+    // makes them again should that connection fail too.
     let mut link = session.client().link();
     let mut over = pin!(async move {
+        let back = |link: &Link| link.state == State::Connected || link.state.is_over();
+        let _ = link.wait_for(back).await;
+        session.release();
         let _ = link.wait_for(|link| link.state.is_over()).await;
     });
     let (mut ended, mut bound_gone) = (false, false);
@@ -382,7 +386,9 @@ async fn linger(
             () = &mut over, if !ended => ended = true,
             () = bound_exit(binding), if !bound_gone && binding.bound().is_some() => {
                 bound_gone = true;
-                until = Instant::now() + LINGER;
+                // Nobody is left to ask: only the session's end, for as
+                // long as the session might last.
+                until = Instant::now() + session.timeout() * 2;
             }
             () = sleep_until(until), if binding.bound().is_none() || bound_gone => return,
             _ = abort_signal(signals) => return,
