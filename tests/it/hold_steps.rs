@@ -150,15 +150,7 @@ fn scenario(fault: Fault, own_group: bool) {
         }
     }
     let server = own.as_ref().unwrap_or_else(|| shared_server());
-    let run = run_bounded(
-        zklock()
-            .args(["run", "-w", "30s", "-z", &server.connect_string()])
-            .arg(&place.path)
-            .args(["--", "sh", "-c", RUN])
-            .env("LOG", &log),
-        LONG,
-    );
-    run.assert_code(0);
+    the_next_holder_runs(server, &place, &log);
     if let Fault::StopHolder = fault {
         signal(holder, libc::SIGCONT);
     }
@@ -175,6 +167,20 @@ fn scenario(fault: Fault, own_group: bool) {
         place.run(r#""$ZKLOCK" release "$P""#).assert_code(64);
     }
     place.assert_clean(place.zk());
+}
+
+/// The next holder: a `zklock run` straight to the server, logging to
+/// `log` as the steps do.
+fn the_next_holder_runs(server: &ZkServer, place: &Place, log: &std::path::Path) {
+    let run = run_bounded(
+        zklock()
+            .args(["run", "-w", "30s", "-z", &server.connect_string()])
+            .arg(&place.path)
+            .args(["--", "sh", "-c", RUN])
+            .env("LOG", log),
+        LONG,
+    );
+    run.assert_code(0);
 }
 
 fn zklock() -> Command {
@@ -289,15 +295,7 @@ fn nested_scenario(fault: Fault) {
         Fault::Partition => proxy.set_mode(Mode::Blackhole),
         Fault::Break | Fault::MaxHold | Fault::Restart => unreachable!(),
     }
-    let run = run_bounded(
-        zklock()
-            .args(["run", "-w", "30s", "-z", &server.connect_string()])
-            .arg(&place.path)
-            .args(["--", "sh", "-c", RUN])
-            .env("LOG", &log),
-        LONG,
-    );
-    run.assert_code(0);
+    the_next_holder_runs(server, &place, &log);
     if let Fault::StopHolder = fault {
         signal(holder, libc::SIGCONT);
     }

@@ -20,19 +20,6 @@ use crate::harness::{
     Host, KillOnDrop, NetEnsemble, ServerOptions, TempDir, interval, recording, stamped_start,
 };
 
-/// ZooKeeper's defaults: what decides safety in production.
-fn production() -> ServerOptions {
-    ServerOptions {
-        tick_time: Duration::from_millis(2000),
-        min_session_timeout: Duration::from_millis(4000),
-        max_session_timeout: Duration::from_millis(40000),
-        init_limit: 10,
-        sync_limit: 5,
-        start_timeout: Duration::from_secs(120),
-        ..ServerOptions::default()
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     /// The holder's member (a follower) cut from the leader and the other
@@ -87,7 +74,7 @@ fn epoch(at: SystemTime) -> f64 {
 
 /// One fault on its own ensemble; the lines to report.
 fn scenario(fault: Fault) -> Vec<String> {
-    let mut ensemble = NetEnsemble::start(3, &production());
+    let mut ensemble = NetEnsemble::start(3, &ServerOptions::production());
     let leader = ensemble.wait_quorum();
     let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     let (held_at, waited_at) = match fault {

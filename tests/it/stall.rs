@@ -41,18 +41,7 @@ fn a_stall_the_lease_covers_keeps_the_lock_under_on_disconnect_kill() {
 
 #[test]
 fn a_stall_past_the_lease_deadline_stops_the_command_before_the_session_can_expire() {
-    let mut ensemble = Ensemble::start_with(
-        3,
-        ServerOptions {
-            tick_time: Duration::from_millis(2000),
-            min_session_timeout: Duration::from_millis(4000),
-            max_session_timeout: Duration::from_millis(40000),
-            init_limit: 10,
-            sync_limit: 5,
-            start_timeout: Duration::from_secs(120),
-            ..ServerOptions::default()
-        },
-    );
+    let mut ensemble = Ensemble::start_with(3, ServerOptions::production());
     let leader = ensemble.leader();
     let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
     let dir = TempDir::new();

@@ -49,6 +49,22 @@ impl Default for ServerOptions {
     }
 }
 
+impl ServerOptions {
+    /// ZooKeeper's defaults (tickTime 2000, syncLimit 5): what decides
+    /// safety in production.
+    pub fn production() -> ServerOptions {
+        ServerOptions {
+            tick_time: Duration::from_millis(2000),
+            min_session_timeout: Duration::from_millis(4000),
+            max_session_timeout: Duration::from_millis(40000),
+            init_limit: 10,
+            sync_limit: 5,
+            start_timeout: Duration::from_secs(120),
+            ..ServerOptions::default()
+        }
+    }
+}
+
 /// A standalone server on a free loopback port with its own temp data dir.
 /// Dropping it kills the JVM (SIGKILL), reaps it and removes the dir.
 pub struct ZkServer {
