@@ -106,3 +106,35 @@ fn a_verbose_hold_says_what_it_acquired() {
     );
     place.assert_clean(zk);
 }
+
+/// A hold lost while ZooKeeper is unreachable reports its loss when it is
+/// lost, not once its session's end is given up on: with 20 s sessions
+/// that end is waited for 6 s, and the metrics file says 76 well before.
+#[test]
+fn a_loss_in_an_outage_reaches_the_metrics_file_at_once() {
+    let server = crate::harness::shared_server();
+    let proxy = crate::harness::FaultProxy::start(server.addr());
+    let place = Place::at(&proxy.connect_string(), "hold-metrics-outage");
+    place
+        .run(
+            r#""$ZKLOCK" hold --until-released --max-hold 1s --session-timeout 20s \
+            --metrics-file "$OUT/lost.prom" -z "$ZK" "$P" > "$OUT/vars""#,
+        )
+        .assert_code(0);
+    let held = std::time::Instant::now();
+    proxy.set_mode(crate::harness::Mode::Blackhole);
+    let exit_line = format!("zklock_exit_status{{path=\"{}\"}} 76\n", place.path);
+    wait_until(LONG, "the metrics file says 76", || {
+        read(&place.file("lost.prom")).contains(&exit_line)
+    });
+    assert!(
+        held.elapsed() < std::time::Duration::from_secs(4),
+        "the loss at --max-hold 1s was written after {:?}",
+        held.elapsed()
+    );
+    proxy.set_mode(crate::harness::Mode::Pass);
+    place
+        .run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#)
+        .assert_code(76);
+    place.assert_clean(place.zk());
+}

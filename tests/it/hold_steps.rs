@@ -382,3 +382,28 @@ fn a_hold_lost_in_an_outage_frees_the_lock_once_the_server_is_back() {
     );
     place.assert_clean(&zk);
 }
+
+/// A waiting `hold` gives up when its caller is gone (a CI job cancelled
+/// while it waits): it never takes the lock later for nobody.
+#[test]
+fn a_waiting_hold_gives_up_when_its_caller_is_gone() {
+    let place = Place::new("hold-orphan");
+    let zk = place.zk();
+    let holder = place.held_by_a_shell();
+    let mut job = place.spawn(
+        r#"eval "$("$ZKLOCK" hold --until-released --max-hold 1h -z "$ZK" "$P")" || exit
+        echo held > "$OUT/orphan-held""#,
+    );
+    wait_until(LONG, "the hold waits", || {
+        zk.children(&place.path).len() == 2
+    });
+    // The job's shell is killed, as a runner cancelling the job kills it.
+    signal(job.0.id() as i32, libc::SIGKILL);
+    let _ = job.0.wait();
+    wait_until(LONG, "the orphaned wait ends", || {
+        zk.children(&place.path).len() == 1
+    });
+    drop(holder);
+    place.assert_clean(zk);
+    assert!(!place.file("orphan-held").exists());
+}
