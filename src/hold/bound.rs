@@ -29,6 +29,14 @@ impl Binding {
     pub(super) fn bound(&self) -> Option<&Bound> {
         (!self.until_released).then_some(&self.caller)
     }
+
+    /// Resolves once the bound process has exited; never when unbound.
+    pub(super) async fn bound_exit(&self) {
+        match self.bound() {
+            Some(bound) => bound.exited().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 pub(super) struct Bound {

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::pin::pin;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use rustix::process::Signal;
@@ -14,6 +14,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use super::bound::{Binding, Bound, dev_null};
 use super::control::{Asker, Control, Following, Released, Request};
 use super::guard::{Guard, POLL};
+use super::linger::{linger, refuse_follower, woken_late};
 use crate::cli::OnLost;
 use crate::command::child::kill_time;
 use crate::command::signals::Signals;
@@ -28,11 +29,6 @@ use crate::run::plan::Plan;
 use crate::run::{Event, Outputs, first_token, once};
 use crate::session::Session;
 use crate::values::{Precision, rfc3339};
-use zklock::zk::client::{Link, State};
-
-/// How long, at least, an unbound holder answers `zklock release` after the
-/// lock was lost (docs/design.md, "Holds").
-const LINGER: Duration = Duration::from_secs(600);
 
 pub(super) async fn lifecycle(
     mut plan: Plan<'_>,
@@ -131,7 +127,7 @@ pub(super) async fn lifecycle(
             loop {
                 tokio::select! {
                     reason = &mut lost => break Ended::Lost(woken_late(reason, *handed.borrow())),
-                    () = bound_exit(&binding), if !draining => {
+                    () = binding.bound_exit(), if !draining => {
                         draining = true;
                     }
                     () = sleep(POLL), if draining => {}
@@ -311,32 +307,6 @@ async fn give_up_with(caller: Bound, held: tokio::sync::oneshot::Receiver<()>) {
     }
 }
 
-/// How late past the lease deadline the holder may hear of a loss before
-/// it counts as having been stopped (or starved) meanwhile.
-const LATE: Duration = Duration::from_millis(500);
-
-/// Why the lock was lost, as the holder says it: a holder that learns of
-/// it only well past its lease deadline was stopped (SIGSTOP, a debugger)
-/// or starved, and its keeper stopped the steps; the lease's own words
-/// ("no answer") would blame ZooKeeper.
-fn woken_late(reason: lease::LossReason, deadline: Instant) -> lease::LossReason {
-    let late = Instant::now().saturating_duration_since(deadline);
-    match late > LATE {
-        true => format!(
-            "the holder was stopped past its lease deadline (for {} more), so the lock was \
-             no longer kept ({reason})",
-            crate::values::human_duration(late)
-        ),
-        false => reason,
-    }
-}
-
-/// Tells a nested run that asks to follow a hold whose lock is lost so.
-fn refuse_follower(asker: Asker, owner: i64, why: &str) {
-    let follower = asker.following();
-    let _ = follower.tell(&Told::Owner(owner)) && follower.tell(&Told::Lost(why.to_owned()));
-}
-
 /// Why the hold ended.
 enum Ended {
     Lost(lease::LossReason),
@@ -344,64 +314,6 @@ enum Ended {
     Signal(i32),
     /// Asked by `zklock release`; with why the lock was found lost then.
     Release(Asker, Option<lease::LossReason>),
-}
-
-async fn bound_exit(binding: &Binding) {
-    match binding.bound() {
-        Some(bound) => bound.exited().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// After a lost lock: answers `zklock release` with why (76), until the
-/// bound process exits, or, unbound, for as long as --max-hold again and at
-/// least [`LINGER`] (a forgotten release ends).
-async fn linger(
-    control: &Control,
-    binding: &Binding,
-    signals: &mut Signals,
-    reason: &str,
-    paths: &[&str],
-    owner: i64,
-    session: &Session,
-) {
-    // Our deletes and closeSession go as soon as a member takes the
-    // session again (at once when connected): after an outage our nodes go
-    // when a member is back, not a session timeout later. The scope's end
-    // makes them again should that connection fail too.
-    let mut link = session.client().link();
-    let mut over = pin!(async move {
-        let back = |link: &Link| link.state == State::Connected || link.state.is_over();
-        let _ = link.wait_for(back).await;
-        session.release();
-        let _ = link.wait_for(|link| link.state.is_over()).await;
-    });
-    let (mut ended, mut bound_gone) = (false, false);
-    let mut until = Instant::now() + binding.max_hold.unwrap_or_default().max(LINGER);
-    loop {
-        if ended && bound_gone {
-            return;
-        }
-        tokio::select! {
-            () = &mut over, if !ended => ended = true,
-            () = bound_exit(binding), if !bound_gone && binding.bound().is_some() => {
-                bound_gone = true;
-                // Nobody is left to ask: only the session's end, for as
-                // long as the session might last.
-                until = Instant::now() + session.timeout() * 2;
-            }
-            () = sleep_until(until), if binding.bound().is_none() || bound_gone => return,
-            _ = abort_signal(signals) => return,
-            (request, asker) = control.next() => match request {
-                Request::Paths => asker.paths(paths),
-                Request::Lease => refuse_follower(asker, owner, reason),
-                Request::Release => {
-                    asker.released(&Released::Lost(reason.to_owned()));
-                    return;
-                }
-            },
-        }
-    }
 }
 
 /// Gives the variables to the waiting `zklock hold` (one JSON line on our

@@ -10,6 +10,7 @@ mod format;
 mod guard;
 pub mod holder;
 mod lifecycle;
+mod linger;
 mod owner;
 mod release;
 mod runtime;
