@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 
 use crate::command::keeper::Keeper;
+use crate::command::process::Stat;
 use crate::command::signals::{self, Signals, is_terminating};
 use crate::command::spawn;
 use crate::exit::{Exit, Failure};
@@ -44,7 +45,7 @@ fn foreground_terminal() -> Option<BorrowedFd<'static>> {
     use rustix::stdio::{stderr, stdin, stdout};
     [stdin(), stdout(), stderr()]
         .into_iter()
-        .find(|&fd| isatty(fd) && tcgetpgrp(fd) == Ok(rustix::process::getpgrp()))
+        .find(|&fd| isatty(fd) && tcgetpgrp(fd).ok() == own_group())
 }
 
 /// What [`Child::spawn`] needs ready before the lock is taken.
@@ -175,7 +176,9 @@ impl Child {
         if let Some(fd) = self.terminal.take() {
             // SIGTTOU is blocked (block_terminal_stops), so a background
             // tcsetpgrp succeeds instead of stopping us.
-            let _ = tcsetpgrp(fd, rustix::process::getpgrp());
+            if let Some(group) = own_group() {
+                let _ = tcsetpgrp(fd, group);
+            }
         }
     }
 
@@ -197,11 +200,11 @@ impl Child {
             Some(stop) if from_terminal => stop,
             _ => Signal::STOP,
         };
-        let group = rustix::process::getpgrp();
-        let _ = if signal != Signal::STOP && !group.is_init() {
-            rustix::process::kill_process_group(group, signal)
-        } else {
-            rustix::process::kill_process(rustix::process::getpid(), signal)
+        let _ = match own_group() {
+            Some(group) if signal != Signal::STOP && !group.is_init() => {
+                rustix::process::kill_process_group(group, signal)
+            }
+            _ => rustix::process::kill_process(rustix::process::getpid(), signal),
         };
         // TTIN and TTOU are blocked in this thread (block_terminal_stops)
         // and in every other, which inherited the mask: unblocked here, the
@@ -251,25 +254,17 @@ fn running_members(pgid: Pid, keeper: Pid) -> usize {
         if pid == keeper.as_raw_pid().to_string() {
             continue;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        running += usize::from(running_in_group(&stat, pgid.as_raw_pid()));
+        let running_here = Stat::of(&pid).is_some_and(|s| s.pgrp == pgid.as_raw_pid() && !s.zombie);
+        running += usize::from(running_here);
         todo.extend(children(&pid).unwrap_or_default());
     }
     running
 }
 
-/// Parses `/proc/PID/stat`: `pid (comm) state ppid pgrp ...`, where comm may
-/// itself contain spaces and parentheses.
-fn running_in_group(stat: &str, pgid: libc::pid_t) -> bool {
-    let Some((_, after_comm)) = stat.rsplit_once(')') else {
-        return false;
-    };
-    let mut fields = after_comm.split_whitespace();
-    let (Some(state), Some(_ppid), Some(pgrp)) = (fields.next(), fields.next(), fields.next())
-    else {
-        return false;
-    };
-    pgrp.parse() == Ok(pgid) && !matches!(state, "Z" | "X")
+/// zklock's own process group; none when getpgrp(2) would say 0 (see
+/// process.rs).
+fn own_group() -> Option<Pid> {
+    Pid::from_raw(Stat::of("self")?.pgrp)
 }
 
 /// Fails (127 not found, 126 not executable) if the command could not be
@@ -471,14 +466,5 @@ mod tests {
         // Woken K or more past it: no grace left, KILL at once.
         let now = deadline + Duration::from_secs(7);
         assert!(kill_time(deadline, now, k) <= now);
-    }
-
-    #[test]
-    fn proc_stat_parsing() {
-        assert!(running_in_group("812 (sleep) S 811 811 700 0 -1", 811));
-        assert!(!running_in_group("812 (sleep) Z 811 811 700 0 -1", 811));
-        assert!(!running_in_group("812 (sleep) S 811 900 700 0 -1", 811));
-        assert!(running_in_group("812 (a) b (c)) R 1 811 700", 811));
-        assert!(!running_in_group("garbage", 811));
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod child;
 pub mod keeper;
+pub mod process;
 pub mod signals;
 pub mod spawn;
 pub mod steps;

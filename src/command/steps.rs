@@ -8,36 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use rustix::process::{Pid, Signal};
 
-/// What `/proc/PID/stat` says of a process that matters here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
-    pub pid: i32,
-    pub ppid: i32,
-    pub pgrp: i32,
-    /// Exited but not reaped (`Z`, `X`): no longer running anything.
-    pub zombie: bool,
-}
-
-impl Stat {
-    /// Parses `pid (comm) state ppid pgrp ...`, where comm may itself
-    /// contain spaces and parentheses.
-    pub fn parse(stat: &str) -> Option<Stat> {
-        let (pid, rest) = stat.split_once(" (")?;
-        let (_, after_comm) = rest.rsplit_once(')')?;
-        let mut fields = after_comm.split_whitespace();
-        let state = fields.next()?;
-        Some(Stat {
-            pid: pid.trim().parse().ok()?,
-            ppid: fields.next()?.parse().ok()?,
-            pgrp: fields.next()?.parse().ok()?,
-            zombie: matches!(state, "Z" | "X"),
-        })
-    }
-
-    pub fn of(pid: i32) -> Option<Stat> {
-        Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-    }
-}
+use super::process::Stat;
 
 /// The steps of a hold bound to `bound`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,24 +102,10 @@ mod tests {
             pid,
             ppid,
             pgrp,
+            session: 1,
             zombie: false,
+            start_time: 1,
         }
-    }
-
-    #[test]
-    fn parses_stat_with_awkward_names() {
-        let line = "4242 (my (odd) name) S 4000 4242 4000 34816 4242 4194304 0";
-        assert_eq!(
-            Stat::parse(line),
-            Some(Stat {
-                pid: 4242,
-                ppid: 4000,
-                pgrp: 4242,
-                zombie: false
-            })
-        );
-        assert!(Stat::parse("1 (init) Z 0 1 1").is_some_and(|s| s.zombie));
-        assert_eq!(Stat::parse("garbage"), None);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 use anyhow::{Context, Result};
 use rustix::process::{Pid, PidfdFlags};
 
-use crate::command::steps::Stat;
+use crate::command::process::Stat;
 use crate::exit::Failure;
 
 /// Programs that run zklock as their child and end when it does.
