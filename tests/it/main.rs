@@ -20,6 +20,7 @@ mod faults_server;
 mod faults_util;
 mod fleet;
 mod frozen_holder;
+mod granted_session;
 mod harness;
 mod harness_selftest;
 mod hold;

@@ -73,6 +73,7 @@ pub async fn lost(
     let first = policy;
     let mut policy = first.granted(client.link().borrow().session_timeout);
     let mut proof = Proof::new(client.heard());
+    let mut told_timeout = policy.session_timeout;
     // Sets the deadline to what the proof and the granted session allow:
     // earlier too, when a shorter session was granted. Whether it moved.
     let renew = |proof: &Proof, policy: &LeasePolicy| {
@@ -112,9 +113,15 @@ pub async fn lost(
                 },
                 Verdict::Restored => {
                     if let Some(since) = outage.take() {
+                        // The lease follows a shorter session from now on.
+                        let shorter = (policy.session_timeout < told_timeout).then(|| {
+                            told_timeout = policy.session_timeout;
+                            format!(" (session timeout now {})", human_duration(told_timeout))
+                        });
                         report.info(format_args!(
-                            "connection to ZooKeeper restored after {}; still holding",
-                            human_duration(since.elapsed())
+                            "connection to ZooKeeper restored after {}; still holding{}",
+                            human_duration(since.elapsed()),
+                            shorter.unwrap_or_default()
                         ));
                     }
                 }

@@ -356,6 +356,20 @@ impl Node {
         self.dir.path()
     }
 
+    /// Sets `key=value` in zoo.cfg, for the next start (a member of the
+    /// same ensemble may be configured differently from the others).
+    pub(crate) fn set_config(&mut self, key: &str, value: &str) {
+        let path = self.dir.path().join("zoo.cfg");
+        let config = fs::read_to_string(&path).expect("read zoo.cfg");
+        let prefix = format!("{key}=");
+        let mut lines: Vec<String> = (config.lines())
+            .filter(|line| !line.starts_with(&prefix))
+            .map(str::to_owned)
+            .collect();
+        lines.push(format!("{key}={value}"));
+        fs::write(&path, lines.join("\n") + "\n").expect("write zoo.cfg");
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("server.log")
     }

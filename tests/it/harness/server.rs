@@ -138,6 +138,11 @@ impl ZkServer {
         self.node.wait_serving();
     }
 
+    /// Sets `key=value` in its zoo.cfg, for its next start.
+    pub fn set_config(&mut self, key: &str, value: &str) {
+        self.node.set_config(key, value);
+    }
+
     /// SIGSTOP: the server keeps its sockets but answers nothing.
     pub fn pause(&mut self) {
         self.node.pause();
