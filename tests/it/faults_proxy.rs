@@ -423,7 +423,13 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     // Room for the queueing and the proxy's cut to come before the deadline
     // on a loaded machine (at 2 s, a cut after it found the cleanup done).
     let wait_limit = Duration::from_secs(4);
-    let mut args = t6.to_vec();
+    // A 12 s session: its connection is given up only after 8 s of silence,
+    // so the cleanup always goes into the connection the partition cut (a
+    // heal resets it, and the session comes back at once). With 6 s, a
+    // loaded machine could give that connection up first: the cleanup then
+    // waited in a new attempt, and the pause after that attempt's reset
+    // (up to 1.5 s) outlasted the 1 s the cleanup has.
+    let mut args = vec!["--session-timeout", "12s", "--kill-after", "1s"];
     args.extend(["--timeout", "4s", "-v"]);
     let mut waiter = Locker::spawn("waiter", &proxy.connect_string(), &path, &args, &log, HOLD);
     let queued = wait_children(&zk, &path, 2, LONG)
@@ -444,7 +450,7 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     );
     // Until the --timeout has passed and the waiter's cleanup went into the
     // partition (anything but a ping): it then has 1 s to reconnect and delete
-    // its node, and the session (6s) outlives the partition. Healing at a fixed
+    // its node, and the session (12s) outlives the partition. Healing at a fixed
     // time could come after that second on a loaded machine.
     const PING: i32 = 11;
     wait_until(LONG, "the waiter's cleanup sent into the partition", || {
