@@ -51,7 +51,11 @@ fn foreground_terminal() -> Option<BorrowedFd<'static>> {
 /// What [`Child::spawn`] needs ready before the lock is taken.
 pub struct Prepared {
     argv: Vec<OsString>,
-    keeper: Keeper,
+    /// The keeper's start, on a thread of its own: the spawn blocks its
+    /// caller until the keeper's exec, which then overlaps the connection
+    /// instead of coming before it. Dropped unjoined, the keeper it started
+    /// is dropped (killed) with the thread's result.
+    keeper: std::thread::JoinHandle<io::Result<Keeper>>,
 }
 
 /// A running command and its process group, whose id is its keeper's pid
@@ -79,7 +83,10 @@ impl Child {
         // `running_members`), and reaped by us.
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|err| spawn_error(program, err.into()))?;
-        let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
+        let keeper = std::thread::Builder::new()
+            .name("keeper-start".into())
+            .spawn(Keeper::start)
+            .map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
             argv: argv.to_vec(),
             keeper,
@@ -91,9 +98,13 @@ impl Child {
     /// `signals` knows, left ignored) and `env` added to its environment.
     /// Exec failures map to 127 (not found) and 126 (not executable).
     pub fn spawn(prepared: Prepared, env: &[(&str, String)], signals: &Signals) -> Result<Child> {
-        let Prepared { argv, mut keeper } = prepared;
+        let Prepared { argv, keeper } = prepared;
         let program = &argv[0];
+        let started = keeper
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the keeper's start panicked")));
         // On failure `keeper` is dropped, which kills it.
+        let mut keeper = started.map_err(|err| spawn_error(program, err))?;
         keeper
             .wait_ready()
             .map_err(|err| spawn_error(program, err))?;
