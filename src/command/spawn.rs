@@ -1,19 +1,20 @@
-//! Starting the command: `std::process::Command`, with the one step that
-//! must run between fork and exec (`in_child`): a clean signal state, the
-//! terminal's foreground, and the parent-death signal.
-//!
-//! std joins the process group (the keeper's, see keeper.rs), resets
-//! SIGPIPE, then runs `in_child`, then execs as execvp does (a file the
-//! kernel cannot execute runs with `/bin/sh`); an exec failure comes back
-//! from `spawn` as the errno.
+//! Starting the command: a child that shares zklock's memory until its
+//! exec (`clone` with CLONE_VM and CLONE_VFORK, as posix_spawn makes one),
+//! so that no copy of zklock's mappings is made and torn down again on the
+//! path to the command's start; zklock waits, as with vfork, until the child
+//! has exec'd or failed to. The one step between the clone and the exec
+//! (`in_child`): the process group (the keeper's, see keeper.rs), a clean
+//! signal state, the terminal's foreground and the parent-death signal.
+//! The exec is glibc's execvpe, as std's would be (a file the kernel cannot
+//! execute runs with `/bin/sh`); its failure comes back from [`launch`] as
+//! the errno.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use rustix::process::Pid;
 
@@ -44,36 +45,151 @@ pub fn launch(
     pgid: i32,
     ignored: u64,
 ) -> io::Result<Pid> {
-    let zklock = rustix::process::getpid();
-    let mut command = Command::new(&argv[0]);
-    command.args(&argv[1..]);
-    command
-        .envs(env.iter().map(|(key, value)| (key, value)))
-        .process_group(pgid);
-    for withheld in WITHHELD {
-        command.env_remove(withheld);
-    }
-    // SAFETY: `in_child` makes only async-signal-safe system calls on
-    // values it owns, and allocates nothing: a forked child of a process
-    // with threads may find the allocator's locks held.
-    unsafe {
-        command.pre_exec(move || in_child(terminal, zklock, ignored));
-    }
+    let exec = Exec::new(argv, env)?;
+    let failed = AtomicI32::new(0);
+    let setup = Setup {
+        exec: &exec,
+        terminal,
+        zklock: rustix::process::getpid(),
+        pgid,
+        ignored,
+        failed: &failed,
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The top of the stack (it grows down), aligned as the ABI wants.
+    let top = stack.as_mut_ptr().wrapping_add(CHILD_STACK);
+    let top = top.wrapping_sub(top as usize % 16);
     // The child starts with every signal blocked, so that our handlers
     // (which write to our signal pipe) never run in it; `in_child` resets
     // them before it unblocks.
     let previous = signals::change_mask(libc::SIG_BLOCK, signals::ALL);
-    let spawned = command.spawn();
+    // SAFETY: `start` runs on `stack`, which outlives the child's use of it
+    // (CLONE_VFORK: we go on only once it has exec'd or exited), with a
+    // pointer to `setup`, alive as long; sharing our memory, it writes only
+    // `failed` and its own stack, allocates nothing and makes only
+    // async-signal-safe calls (see `start`). Without CLONE_SIGHAND it
+    // resets its own copy of the signal handlers, not ours.
+    let pid = unsafe {
+        libc::clone(
+            start,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(&setup).cast_mut().cast(),
+        )
+    };
+    let clone_error = io::Error::last_os_error();
     signals::change_mask(libc::SIG_SETMASK, previous);
-    // The std handle neither waits nor kills when dropped: child.rs reaps.
-    Ok(Pid::from_child(&spawned?))
+    let Some(pid) = Pid::from_raw(pid).filter(|_| pid > 0) else {
+        return Err(clone_error);
+    };
+    match failed.load(Ordering::SeqCst) {
+        0 => Ok(pid),
+        errno => {
+            // It exited at once: reaped here, not by the supervisor.
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+            Err(io::Error::from_raw_os_error(errno))
+        }
+    }
 }
 
+/// The child's stack: `in_child` and glibc's execvpe (which builds each
+/// candidate path, and a script's argument list, on the stack).
+const CHILD_STACK: usize = 256 * 1024;
+
+/// The exec's arguments, made before the clone: the child allocates nothing.
+struct Exec {
+    program: CString,
+    _strings: Vec<CString>,
+    /// Null-terminated arrays of pointers into `_strings`.
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+impl Exec {
+    /// `argv`, and our environment with `env` added (overriding) and
+    /// [`WITHHELD`] removed. A NUL byte in any of them is refused.
+    fn new(argv: &[OsString], env: &[(&str, String)]) -> io::Result<Exec> {
+        let c_string = |bytes: &[u8]| {
+            CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+        };
+        let args: Vec<CString> = (argv.iter())
+            .map(|arg| c_string(arg.as_bytes()))
+            .collect::<io::Result<_>>()?;
+        let overridden =
+            |key: &OsStr| WITHHELD.iter().any(|w| key == *w) || env.iter().any(|(k, _)| key == *k);
+        let mut vars = Vec::new();
+        for (key, value) in std::env::vars_os().filter(|(key, _)| !overridden(key)) {
+            vars.push(c_string(
+                &[key.as_bytes(), b"=", value.as_bytes()].concat(),
+            )?);
+        }
+        for (key, value) in env {
+            vars.push(c_string(format!("{key}={value}").as_bytes())?);
+        }
+        let pointers = |strings: &[CString]| {
+            (strings.iter().map(|s| s.as_ptr()))
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<_>>()
+        };
+        let (argv, envp) = (pointers(&args), pointers(&vars));
+        let program =
+            (args.first().cloned()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        Ok(Exec {
+            program,
+            _strings: args.into_iter().chain(vars).collect(),
+            argv,
+            envp,
+        })
+    }
+}
+
+/// What the child is handed.
+struct Setup<'a> {
+    exec: &'a Exec,
+    terminal: Option<BorrowedFd<'static>>,
+    zklock: Pid,
+    pgid: i32,
+    ignored: u64,
+    /// The errno of a failed step or exec; 0 while none failed.
+    failed: &'a AtomicI32,
+}
+
+/// The child: its process group, [`in_child`], then the exec. On failure it
+/// leaves the errno in `failed` and exits.
+extern "C" fn start(setup: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `launch` passes a pointer to a `Setup` that lives until we
+    // exec or exit (it is suspended until then).
+    let setup = unsafe { &*setup.cast::<Setup<'_>>() };
+    let prepared = rustix::process::setpgid(None, Pid::from_raw(setup.pgid))
+        .map_err(io::Error::from)
+        .and_then(|()| in_child(setup.terminal, setup.zklock, setup.ignored));
+    let errno = match prepared {
+        Err(err) => err.raw_os_error().unwrap_or(libc::EINVAL),
+        Ok(()) => {
+            let exec = setup.exec;
+            // SAFETY: the arrays are null-terminated and point into
+            // strings `exec` keeps alive; execvpe returns only on failure,
+            // leaving the errno in this thread's (shared) errno slot.
+            unsafe {
+                libc::execvpe(
+                    exec.program.as_ptr(),
+                    exec.argv.as_ptr(),
+                    exec.envp.as_ptr(),
+                );
+                *libc::__errno_location()
+            }
+        }
+    };
+    setup.failed.store(errno.max(1), Ordering::SeqCst);
+    // SAFETY: _exit ends this process at once, running nothing of ours.
+    unsafe { libc::_exit(127) }
+}
 /// Everything the command must not inherit from zklock: its signal
 /// handlers and the signals it ignores itself (exec keeps SIG_IGN), its
 /// blocked signals, and its terminal's foreground. Signals ignored when
-/// zklock started (`ignored`) stay ignored. Runs in the child between fork
-/// and exec, already in its process group.
+/// zklock started (`ignored`) stay ignored. Runs in the child before its
+/// exec, in its process group, sharing zklock's memory: it writes none of
+/// it and allocates nothing.
 fn in_child(terminal: Option<BorrowedFd<'static>>, zklock: Pid, ignored: u64) -> io::Result<()> {
     // Inherited from the parent (see `launch`); again, for std versions
     // that empty the mask before this step.
