@@ -96,8 +96,17 @@ impl Child {
     /// Starts the prepared command in the process group of its keeper,
     /// with a clean signal state (those ignored when zklock started, as
     /// `signals` knows, left ignored) and `env` added to its environment.
-    /// Exec failures map to 127 (not found) and 126 (not executable).
-    pub fn spawn(prepared: Prepared, env: &[(&str, String)], signals: &Signals) -> Result<Child> {
+    /// Exec failures map to 127 (not found) and 126 (not executable). The
+    /// keeper has its first order (stop the group at the lease `deadline`,
+    /// KILL `kill_after` later) before the command starts: a zklock frozen
+    /// at the command's first instruction is covered too.
+    pub fn spawn(
+        prepared: Prepared,
+        env: &[(&str, String)],
+        signals: &Signals,
+        deadline: Instant,
+        kill_after: Duration,
+    ) -> Result<Child> {
         let Prepared { argv, keeper } = prepared;
         let program = &argv[0];
         let started = keeper
@@ -108,6 +117,7 @@ impl Child {
         keeper
             .wait_ready()
             .map_err(|err| spawn_error(program, err))?;
+        keeper.stop_at(deadline.into_std(), kill_after);
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
         let ignored_at_start = signals.ignored_at_start();

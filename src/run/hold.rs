@@ -66,7 +66,7 @@ pub(super) async fn run_command(
     // Before the spawn: a command that then cannot start is this host's
     // failure, pinged and counted as such.
     out.emit(Event::Running);
-    let child = Child::spawn(prepared, env, signals)?;
+    let child = Child::spawn(prepared, env, signals, *own.borrow(), policy.kill_after)?;
     out.emit(Event::Started { env });
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
     let watches = std::mem::take(&mut lock.watches);

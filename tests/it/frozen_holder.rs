@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::faults_util::{LONG, Locker, wait_children};
 use crate::harness::{
-    FaultProxy, Inspector, LockLog, Mode, TempDir, shared_server, signal, unique_path,
+    FaultProxy, Inspector, KillOnDrop, LockLog, Mode, TempDir, shared_server, signal, unique_path,
+    wait_for_exit, zklock_run,
 };
 
 /// T = 4s, K = 0.5s: C = 1s, m = 0.35s, the lease 3.15s after the last answer.
@@ -178,4 +179,31 @@ fn a_release_while_cut_off_is_not_said_to_be_released() {
     crate::harness::wait_until(LONG, "the node expires with the session", || {
         !zk.exists(&held.node)
     });
+}
+
+/// Frozen by its own command's first instruction (issue 39): the keeper
+/// had its order before the command started, so it stops the command at
+/// the lease deadline, before the next holder starts, although zklock never
+/// got to supervise it.
+#[test]
+fn frozen_as_the_command_starts_the_keeper_still_stops_it() {
+    let server = shared_server();
+    let zk = Inspector::connect(&server.connect_string());
+    let dir = TempDir::new();
+    let events = dir.path().join("events");
+    let log = LockLog::new();
+    let path = unique_path("frozen-at-start");
+    // The command's first step stops zklock, its parent.
+    let body = format!("kill -STOP \"$PPID\"\n{}", heartbeat(&events, false));
+    let mut holder = zklock_run(&server.connect_string(), &path);
+    holder.args(T4).args(["--", "sh", "-c", &body]);
+    let mut holder = KillOnDrop(holder.spawn().expect("spawn zklock"));
+    wait_children(&zk, &path, 1, LONG);
+    let next = format!("echo next >> '{}'", events.display());
+    let mut waiter = Locker::spawn("waiter", &server.connect_string(), &path, &T4, &log, &next);
+    waiter.expect_exit(0, LONG);
+    signal(holder.id() as i32, libc::SIGCONT);
+    let status = wait_for_exit(&mut holder.0, LONG).expect("zklock exits");
+    assert_eq!(status.code(), Some(76));
+    assert_beats_end_before_next(&events);
 }
