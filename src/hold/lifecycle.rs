@@ -167,10 +167,11 @@ pub(super) async fn lifecycle(
                 }
             }
         };
-        // A release asks ZooKeeper first (see `lease::lost_now`).
+        // A release asks the leader first (see `lease::lost_at_leader`): a
+        // member cut off from it could still show our nodes.
         let ended = match ended {
             Ended::Release(asker, None) => {
-                let lost = lease::lost_now(session.client(), &lock.nodes, owner).await;
+                let lost = lease::lost_at_leader(session.client(), &lock.nodes, owner).await;
                 Ended::Release(asker, lost)
             }
             ended => ended,

@@ -303,32 +303,13 @@ async fn any_node_lost(
     select_all(checks).await.0
 }
 
-/// Why a lock held through `nodes` is lost, if it is, by one round trip:
-/// a release that asks first never says "released" for a lock deleted a
-/// moment before, whose watch event is then still on its way.
-pub async fn lost_now(client: &Client, nodes: &[String], owner: i64) -> Option<LossReason> {
-    let reads = nodes
-        .iter()
-        .map(|node| async move { (node, client.call(|b| b.get_data(node, false)).await) });
-    for (node, read) in futures::future::join_all(reads).await {
-        let owner_read = (read.as_ref())
-            .map(|found| found.stat.ephemeral_owner)
-            .map_err(|err| *err);
-        let event = Event::Read {
-            node,
-            owner: owner_read,
-        };
-        if let Verdict::Lost(reason) = decide(OnDisconnect::Lease, false, owner, event) {
-            return Some(reason);
-        }
-    }
-    None
-}
-
 /// Why a lock held through `nodes` is lost, found by a confirmation through
-/// the leader (as [`lost`] makes them): for what must be known before it is
-/// written down, such as a run's record. None when it holds, or when the
-/// answer was lost with the connection (the release then tells).
+/// the leader (as [`lost`] makes them), not a read a cut-off member could
+/// answer: for what must be known before it is written down or said, such
+/// as a run's record or a hold's release (which then never says "released"
+/// for a lock lost a moment before, whose event is still on its way). None
+/// when it holds, or when the answer was lost with the connection (the
+/// release then tells).
 pub async fn lost_at_leader(client: &Client, nodes: &[String], owner: i64) -> Option<LossReason> {
     let mut confirming = Confirming::send(client, nodes, 0);
     let (node, result) = confirming.answer().await;
