@@ -51,10 +51,21 @@ impl Members {
         self.next % self.hosts.len() == 0
     }
 
-    /// The pause after a round that answered nothing, jittered.
-    pub fn pause(&mut self) -> Duration {
-        jittered(ROUND_PAUSE, self.random.next())
+    /// The pause after a round that answered nothing, jittered: about
+    /// [`ROUND_PAUSE`], or a tenth of `session` when that is shorter (see
+    /// [`pause_base`]).
+    pub fn pause(&mut self, session: Option<Duration>) -> Duration {
+        jittered(pause_base(session), self.random.next())
     }
+}
+
+/// What the pause is jittered around: [`ROUND_PAUSE`] when opening a
+/// session; when resuming one (`session`, its timeout), at most a tenth of
+/// it, so that pauses of our own (at most 1.5 tenths) cannot expire a
+/// session the ensemble still keeps: the default 10 s session keeps the
+/// whole second, a 4 s one pauses 0.2-0.6 s.
+fn pause_base(session: Option<Duration>) -> Duration {
+    session.map_or(ROUND_PAUSE, |timeout| ROUND_PAUSE.min(timeout / 10))
 }
 
 /// `base` scaled by a factor in [0.5, 1.5) drawn from `random`.
@@ -123,7 +134,7 @@ mod tests {
     #[test]
     fn the_pause_is_about_a_second_and_jittered() {
         let mut members = Members::new(&hosts(1), 1);
-        let pauses: Vec<Duration> = (0..1000).map(|_| members.pause()).collect();
+        let pauses: Vec<Duration> = (0..1000).map(|_| members.pause(None)).collect();
         assert!(
             pauses
                 .iter()
@@ -135,5 +146,21 @@ mod tests {
             "{short} of 1000 under a second"
         );
         assert_eq!(jittered(ROUND_PAUSE, 0), ROUND_PAUSE / 2);
+    }
+
+    #[test]
+    fn a_resumed_session_pauses_at_most_a_tenth_of_its_timeout() {
+        assert_eq!(pause_base(None), ROUND_PAUSE);
+        assert_eq!(pause_base(Some(Duration::from_secs(10))), ROUND_PAUSE);
+        assert_eq!(pause_base(Some(Duration::from_secs(30))), ROUND_PAUSE);
+        assert_eq!(
+            pause_base(Some(Duration::from_secs(4))),
+            Duration::from_millis(400)
+        );
+        let mut members = Members::new(&hosts(1), 1);
+        let longest = (0..1000)
+            .map(|_| members.pause(Some(Duration::from_secs(4))))
+            .max();
+        assert!(longest < Some(Duration::from_millis(600)), "{longest:?}");
     }
 }

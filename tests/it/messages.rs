@@ -79,10 +79,14 @@ fn a_waiter_cut_off_says_so_and_ends_on_time() {
 
     let started = Instant::now();
     let mut waiter = zklock_run(&proxy.connect_string(), &path);
-    waiter.args(["-v", "-w", "5s", "--", "true"]);
+    // Not -v, whose read of the holder's data comes before the first look
+    // is done: a cut that swallowed its answer would leave the waiter
+    // waiting for that look until the connection is given up (2T/3).
+    waiter.args(["-w", "5s", "--", "true"]);
     let waiting = std::thread::spawn(move || run_bounded(&mut waiter, LONG));
     wait_for_contenders(&zk, &path, "-lock-", 2);
-    // Not before the waiter has its session (cut off before, it ends 69).
+    // Not before the waiter has its session (cut off before, it ends 69)
+    // and has looked at the queue (its watch comes after).
     proxy.wait_watching(LONG);
     proxy.set_mode(Mode::Blackhole);
     let out = waiting.join().unwrap();

@@ -33,7 +33,7 @@ impl Driver {
                 Ok(Err(refused)) => last = format!("{host}: {}", describe(&refused)),
                 Err(_) => last = format!("{host}: no answer in time"),
             }
-            self.pause_after_round(Some(deadline)).await;
+            self.pause_after_round(Some(deadline), None).await;
         }
         Err(ConnectError::Unreachable(last))
     }
@@ -54,7 +54,7 @@ impl Driver {
                 Ok(conn) => return Ok(conn),
                 Err(Refused::Expired) => return Err(Error::SessionExpired),
                 Err(Refused::AuthFailed(_)) => return Err(Error::AuthFailed),
-                Err(Refused::Io { .. }) => self.pause_after_round(None).await,
+                Err(Refused::Io { .. }) => self.pause_after_round(None, Some(self.timeout)).await,
             }
         }
     }
@@ -66,11 +66,12 @@ impl Driver {
     }
 
     /// The pause after each round of members that answered nothing (about
-    /// a second, jittered: see [`Members`](crate::zk::members::Members)),
-    /// cut short at `deadline`.
-    async fn pause_after_round(&mut self, deadline: Option<Instant>) {
+    /// a second, jittered: see [`Members`](crate::zk::members::Members);
+    /// at most a tenth of `session` while resuming one), cut short at
+    /// `deadline`.
+    async fn pause_after_round(&mut self, deadline: Option<Instant>, session: Option<Duration>) {
         if self.members.round_done() {
-            let until = Instant::now() + self.members.pause();
+            let until = Instant::now() + self.members.pause(session);
             tokio::time::sleep_until(deadline.map_or(until, |d| d.min(until))).await;
         }
     }
