@@ -72,7 +72,13 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
         return Ok(exit);
     }
     // Dropped on every way out without the command (which kills its keeper).
-    let prepared = Child::prepare(&plan.argv)?;
+    // A --once-per fleet's hosts mostly end on the record without running
+    // the command: their keeper starts only once the lock is taken (the one
+    // host that runs pays its start then; the others never do).
+    let prepared = match plan.once_per {
+        None => Some(Child::prepare(&plan.argv)?),
+        Some(_) => None,
+    };
     let started = Instant::now();
     out.emit(Event::Connecting { order: &plan.order });
     // Go: the command ran, with this exit; End: it was skipped.
@@ -96,6 +102,10 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
             policy: taken.policy,
             ours: true,
             record,
+        };
+        let prepared = match prepared {
+            Some(prepared) => prepared,
+            None => Child::prepare(&plan.argv)?,
         };
         let exit = run_command(&plan, out, signals, session, lock, &env, prepared, None).await?;
         anyhow::Ok(Step::Go(exit))
