@@ -7,3 +7,4 @@ pub mod process;
 pub mod signals;
 pub mod spawn;
 pub mod steps;
+pub mod supervise;

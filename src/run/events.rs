@@ -63,7 +63,7 @@ pub(crate) enum Event<'a> {
     /// The command (or a hold's holder) runs under the lock, given `env`.
     Started { env: &'a [(&'static str, String)] },
     /// The lock was lost, for `why` (the command's supervisor tells,
-    /// `command::child::supervise`, as it stops the command; a hold's
+    /// `command::supervise::supervise`, as it stops the command; a hold's
     /// holder answers it to `zklock release`).
     Lost { why: std::fmt::Arguments<'a> },
     /// The command (or the hold) ended with `exit`, under `--max-runtime`

@@ -16,8 +16,9 @@ use super::{Event, Outputs};
 use zklock::zk::burst::Burst;
 
 use super::nested::follow::{Follower, Told};
-use crate::command::child::{self, Child, Prepared};
+use crate::command::child::{Child, Prepared};
 use crate::command::signals::Signals;
+use crate::command::supervise;
 use crate::exit::Exit;
 use crate::lock::lease::{self, LeasePolicy, LossReason};
 use crate::lock::queue::{Node, NodeWatch};
@@ -73,13 +74,13 @@ pub(super) async fn run_command(
     let lost = lease_watch(plan, out, session, &lock, watches, &deadline, acquired);
     let lost = earlier_of(lost, own, enclosing, handed_to);
     let report = &plan.report;
-    let limits = child::Limits {
+    let limits = supervise::Limits {
         kill_after: policy.kill_after,
         max_runtime: plan.max_runtime.map(|limit| limit.0),
         stop_limit: policy.grace(),
     };
     let lock_lost_because = |why: std::fmt::Arguments<'_>| out.emit(Event::Lost { why });
-    let (exit, keeper) = child::supervise(
+    let (exit, keeper) = supervise::supervise(
         child,
         signals,
         pin!(lost),
