@@ -76,9 +76,10 @@ impl Opened {
     }
 
     /// Runs `body` with the session, then ends it, whichever way the body
-    /// returned: deletes our nodes and sends closeSession (unless
-    /// [`Session::release`] already sent them), and awaits the answers,
-    /// bounded. The only place a session is closed.
+    /// returned: sends closeSession, which deletes our nodes with the
+    /// session (unless [`Session::release`] already sent their deletes and
+    /// the close), and awaits the answers, bounded. The only place a
+    /// session is closed.
     pub async fn scope<T>(self, body: impl AsyncFnOnce(&Session) -> T) -> (T, Closed) {
         let Opened(session) = self;
         let value = body(&session).await;
@@ -92,6 +93,8 @@ pub(super) struct Release {
     nodes: Vec<String>,
     deleted: Vec<Pending<()>>,
     closed: Option<Pending<()>>,
+    /// Our nodes go with closeSession alone: its answer confirms them.
+    by_close: bool,
 }
 
 /// How a session ended (see [`Opened::scope`]).
@@ -119,14 +122,28 @@ impl Session {
     /// behind them, in one write, without waiting for the answers: the end
     /// of [`Opened::scope`] awaits them. Nothing goes ahead of them: a
     /// lease's watches are dropped locally, without a request. Once only.
+    /// For a holder: a node of ours found gone by its delete is a lock
+    /// lost before the release ([`Closed::lost`]).
     pub fn release(&self) {
+        self.send_release(true);
+    }
+
+    /// `deletes`: each node deleted on its own ahead of closeSession, so
+    /// that a node already gone is known; without, closeSession alone
+    /// deletes them, in the same transaction (half the server's writes,
+    /// for a session that never held the lock: a fleet's skipped hosts).
+    fn send_release(&self, deletes: bool) {
         let mut released = self.released.borrow_mut();
         if released.is_some() {
             return;
         }
-        let nodes: Vec<String> = (self.owned.0.borrow().iter().rev())
-            .map(|node| node.path.clone())
-            .collect();
+        let nodes: Vec<String> = match deletes {
+            true => (self.owned.0.borrow().iter().rev())
+                .map(|node| node.path.clone())
+                .collect(),
+            false => Vec::new(),
+        };
+        let by_close = nodes.is_empty() && self.owned.first().is_some();
         let mut burst = Burst::default();
         let deleted = nodes.iter().map(|node| burst.delete(node, -1)).collect();
         let closed = Some(burst.close());
@@ -135,6 +152,7 @@ impl Session {
             nodes,
             deleted,
             closed,
+            by_close,
         });
     }
 
@@ -145,7 +163,9 @@ impl Session {
     }
 
     async fn close(self) -> Closed {
-        self.release();
+        // Not released by the body: no lock held (or no loss to find),
+        // closeSession alone.
+        self.send_release(false);
         let timeout = self.timeout();
         let release = self.released.take().expect("sent just now");
         let end_by = self.end_by.get();
@@ -181,6 +201,7 @@ impl Session {
                 mut nodes,
                 mut deleted,
                 mut closed,
+                by_close,
             } = release;
             let mut losses = Losses::default();
             let mut made = Instant::now();
@@ -205,12 +226,19 @@ impl Session {
                     }
                 }
                 first = false;
-                let close = closed.take();
-                let close_lost = match close {
-                    Some(close) => matches!(close.await, Err(Error::ConnectionLoss)),
-                    None => false,
+                let close = match closed.take() {
+                    Some(close) => close.await,
+                    None => Ok(()),
                 };
-                if lost.is_empty() {
+                let close_lost = matches!(close, Err(Error::ConnectionLoss));
+                if by_close {
+                    match close {
+                        // Expired: our nodes went with the session.
+                        Ok(()) | Err(Error::SessionExpired) => return true,
+                        Err(err) if is_connection_loss(&err) => {}
+                        Err(_) => return false,
+                    }
+                } else if lost.is_empty() {
                     if close_lost {
                         // Our nodes are gone: end the session on its next
                         // connection, without waiting for it.

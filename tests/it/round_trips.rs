@@ -17,6 +17,8 @@ const LONG: Duration = Duration::from_secs(30);
 // ZooDefs.OpCode.
 const CREATE2: i32 = 15;
 const CREATE_CONTAINER: i32 = 19;
+const DELETE: i32 = 2;
+const CLOSE: i32 = -11;
 
 /// The client library does not set TCP_NODELAY on its connection; without it
 /// Nagle's algorithm holds each request of a burst until the answer to the one
@@ -88,6 +90,68 @@ fn persistent_directories_that_exist_are_not_created_again() {
         .filter(|&&op| op == CREATE2 || op == CREATE_CONTAINER)
         .count();
     assert_eq!(creates, 1, "{requests:?}");
+}
+
+/// A run that never held the lock ends its session with closeSession
+/// alone, which deletes its queue node in the same transaction (one write
+/// at the server where a delete and a close were two: a fleet's skipped
+/// hosts end in half the writes); a holder deletes its node first, so that
+/// one found gone says the lock was lost.
+#[test]
+fn a_run_that_never_held_the_lock_ends_with_the_close_alone() {
+    let server = shared_server();
+    let zk = Inspector::connect(&server.connect_string());
+    let path = unique_path("close-alone");
+    let holder = Gated::start(zklock_run(&server.connect_string(), &path));
+    let proxy = FaultProxy::start(server.addr());
+    let mut waiter = zklock_run(&proxy.connect_string(), &path);
+    waiter.args(["-w", "1s", "--", "true"]);
+    run_bounded(&mut waiter, LONG).assert_code(75);
+    let requests = proxy.requests();
+    assert_eq!(
+        requests.iter().filter(|&&op| op == DELETE).count(),
+        0,
+        "{requests:?}"
+    );
+    assert_eq!(requests.last(), Some(&CLOSE), "{requests:?}");
+    assert_eq!(zk.children(&path).len(), 1, "the waiter's node is gone");
+    holder.release();
+    let proxy = FaultProxy::start(server.addr());
+    let mut run = zklock_run(&proxy.connect_string(), &path);
+    run.args(["--", "true"]);
+    run_bounded(&mut run, LONG).assert_code(0);
+    let requests = proxy.requests();
+    assert_eq!(
+        requests[requests.len() - 2..],
+        [DELETE, CLOSE],
+        "{requests:?}"
+    );
+}
+
+/// closeSession's answer lost with the connection: it is sent again on a
+/// new connection to the session, which learns the session is over, so the
+/// node went with it (not a session timeout later).
+#[test]
+fn a_close_whose_answer_is_lost_is_confirmed_from_a_new_connection() {
+    let server = shared_server();
+    let zk = Inspector::connect(&server.connect_string());
+    let path = unique_path("close-cut");
+    let holder = Gated::start(zklock_run(&server.connect_string(), &path));
+    let proxy = FaultProxy::start(server.addr());
+    proxy.cut_after_next_close(crate::harness::Mode::Pass);
+    let mut waiter = zklock_run(&proxy.connect_string(), &path);
+    waiter.args(["-v", "-w", "1s", "--session-timeout", "30s", "--", "true"]);
+    let out = run_bounded(&mut waiter, LONG);
+    out.assert_code(75);
+    assert_eq!(proxy.cuts(), 1, "the close was not cut: {}", out.stderr);
+    assert!(
+        proxy.connections() >= 2,
+        "no second connection: {}",
+        out.stderr
+    );
+    assert!(out.elapsed < Duration::from_secs(20), "{:?}", out.elapsed);
+    assert_eq!(zk.children(&path).len(), 1, "the waiter's node is gone");
+    holder.release();
 }
 
 /// The connections of process `pid` to `server`, duplicated into this process.

@@ -8,6 +8,7 @@
 const OP_CREATE: i32 = 1;
 const OP_CREATE2: i32 = 15;
 const OP_DELETE: i32 = 2;
+const OP_CLOSE: i32 = -11;
 const FLAGS_EPHEMERAL_SEQUENTIAL: i32 = 3;
 // Far above ZooKeeper's default jute.maxbuffer (1 MiB): anything bigger means we lost
 // track of the framing.
@@ -110,6 +111,13 @@ impl Request {
     pub(crate) fn delete_xid(&self) -> Option<i32> {
         match *self {
             Request::Other { xid, op } if op == OP_DELETE => Some(xid),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn close_xid(&self) -> Option<i32> {
+        match *self {
+            Request::Other { xid, op } if op == OP_CLOSE => Some(xid),
             _ => None,
         }
     }

@@ -23,6 +23,8 @@ enum CutAfter {
     /// An EPHEMERAL_SEQUENTIAL create.
     Create,
     Delete,
+    /// closeSession.
+    Close,
     /// The server's answer to a connection's handshake (ConnectResponse).
     Handshake,
 }
@@ -137,6 +139,12 @@ impl FaultProxy {
     /// whatever the client sent after it in the same burst do not.
     pub fn cut_after_next_delete(&self, then: Mode) {
         *self.shared.armed_cut.lock().expect("cut lock") = Some((CutAfter::Delete, then));
+    }
+
+    /// The same on the next closeSession: the session ends at the server,
+    /// the client hears nothing of it.
+    pub fn cut_after_next_close(&self, then: Mode) {
+        *self.shared.armed_cut.lock().expect("cut lock") = Some((CutAfter::Close, then));
     }
 
     /// One-shot: the next connection's handshake answer (the session established or
@@ -357,6 +365,7 @@ fn client_to_server(shared: &Shared, conn: &Conn) {
                 let xid = match after {
                     CutAfter::Create => request.ephemeral_sequential_create_xid(),
                     CutAfter::Delete => request.delete_xid(),
+                    CutAfter::Close => request.close_xid(),
                     CutAfter::Handshake => None,
                 }?;
                 Some((*end, xid))
