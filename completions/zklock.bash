@@ -363,7 +363,7 @@ _zklock() {
             return 0
             ;;
         zklock__subcmd__hold)
-            opts="-z -x -s -w -n -E -v -q -h -V --label --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --max-waiting --supersede --conflict-exit-code --on-disconnect --once-per --retry-after --metrics-file --ping --ping-skipped --verbose --quiet --format --until-released --max-hold --on-lost --help --version"
+            opts="-z -x -s -w -n -E -v -q -h -V --label --zookeeper --session-timeout --connect-timeout --jute-maxbuffer --config --tls-ca --tls-cert --tls-key --sasl-user --digest-user --password-file --kerberos --kerberos-service --kerberos-host --acl --exclusive --shared --write --limit --timeout --no-wait --max-waiting --supersede --conflict-exit-code --on-disconnect --once-per --retry-after --metrics-file --ping --ping-skipped --verbose --quiet --format --until-released --max-hold --kill-after --on-lost --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -555,6 +555,13 @@ _zklock() {
                     return 0
                     ;;
                 --max-hold)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --kill-after)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

@@ -106,6 +106,7 @@ complete -c zklock -n "__fish_zklock_using_subcommand hold" -l format -d 'How to
 json\t''
 github-env\t''"
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -l max-hold -d 'Release the lock after DURATION at the latest (`1h`); with steps still running, that counts as losing the lock (they are stopped)' -r -f
+complete -c zklock -n "__fish_zklock_using_subcommand hold" -l kill-after -d 'When the steps are stopped (a lost lock, --max-hold, a signal to the holder), KILL those still running DURATION after their TERM. Default: the largest value that fits the session the ensemble grants, at most 5s (`-v` says which). A value that does not fit is refused (exit 64)' -r -f
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -l on-lost -d 'What a lost lock does to the steps: `term` stops them, TERM then KILL after --kill-after, before the lock is released (the default when bound to the calling process); `none` leaves them alone (the default with --until-released; `zklock release` then exits 76)' -r -f -a "term\t''
 none\t''"
 complete -c zklock -n "__fish_zklock_using_subcommand hold" -s x -l exclusive -d 'Take an exclusive lock (the default): no other holder of any kind'

@@ -46,6 +46,14 @@ pub struct HoldArgs {
     #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
     pub max_hold: Option<Seconds>,
 
+    /// When the steps are stopped (a lost lock, --max-hold, a signal to the
+    /// holder), KILL those still running DURATION after their TERM.
+    /// Default: the largest value that fits the session the ensemble
+    /// grants, at most 5s (`-v` says which). A value that does not fit is
+    /// refused (exit 64).
+    #[arg(long, value_name = "DURATION", allow_negative_numbers = true)]
+    pub kill_after: Option<Seconds>,
+
     /// What a lost lock does to the steps: `term` stops them, TERM then
     /// KILL after --kill-after, before the lock is released (the default
     /// when bound to the calling process); `none` leaves them alone (the

@@ -73,11 +73,12 @@ pub fn main() -> Result<Exit> {
         lock,
         max_hold,
         until_released,
+        kill_after,
         ..
     } = args;
     let max_hold = max_hold.map(|d| d.0);
     let what: Vec<OsString> = std::iter::once("zklock".into()).chain(given).collect();
-    let plan = Plan::holding(&lock, what)?;
+    let plan = Plan::holding(&lock, what, kill_after)?;
     // Where the socket will be, checked before the wait, not after it.
     runtime::for_holder()?;
     let outputs = Outputs::new(&plan)?;

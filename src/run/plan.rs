@@ -69,36 +69,36 @@ impl<'a> Plan<'a> {
     /// `zklock run`").
     pub(crate) fn new(args: &'a RunArgs) -> Result<Plan<'a>> {
         let argv = args.command_line().map_err(Failure::usage)?;
-        let mut plan = Plan::resolve(&args.lock, argv)?;
-        plan.kill_after = args.kill_after.map(|kill_after| kill_after.0);
+        let mut plan = Plan::resolve(&args.lock, argv, args.kill_after)?;
         plan.max_runtime = args.max_runtime.filter(|limit| !limit.0.is_zero());
-        // A --kill-after given must fit the session asked for (and, once
-        // connected, the one granted); an unset one is chosen to fit.
-        if plan.kill_after.is_some() {
-            plan.policy(plan.connect.session_timeout)
-                .map_err(Failure::usage)?;
-        }
-        plan.refuse()?;
         Ok(plan)
     }
 
     /// The plan of a holder that runs no command (`zklock hold`): `what`
     /// stands for it in our nodes (docs/design.md, "Holds").
-    pub(crate) fn holding(lock: &'a LockArgs, what: Vec<OsString>) -> Result<Plan<'a>> {
-        let plan = Plan::resolve(lock, what)?;
-        plan.refuse()?;
-        Ok(plan)
+    pub(crate) fn holding(
+        lock: &'a LockArgs,
+        what: Vec<OsString>,
+        kill_after: Option<Seconds>,
+    ) -> Result<Plan<'a>> {
+        Plan::resolve(lock, what, kill_after)
     }
 
-    /// The options that take a lock, resolved, for a command `argv`.
-    fn resolve(args: &'a LockArgs, argv: Vec<OsString>) -> Result<Plan<'a>> {
+    /// The options that take a lock, resolved, for a command `argv` (or a
+    /// hold's steps) stopped `kill_after` after their TERM; refused (64)
+    /// if they cannot go together.
+    fn resolve(
+        args: &'a LockArgs,
+        argv: Vec<OsString>,
+        kill_after: Option<Seconds>,
+    ) -> Result<Plan<'a>> {
         let paths = args.lock_paths().map_err(Failure::usage)?;
         let connect = args.connection.settings()?;
         let mut own = HolderData::ours(&argv, args.label.as_deref());
         // Read by newer --supersede runs: only such waiters may be removed.
         own.supersede = args.supersede.then_some(true);
         let wait_limit = args.wait_limit();
-        Ok(Plan {
+        let plan = Plan {
             own,
             first_queued: Cell::new(None),
             argv,
@@ -112,7 +112,7 @@ impl<'a> Plan<'a> {
             max_waiting: args.max_waiting,
             supersede: args.supersede,
             conflict: Exit::Conflict(args.conflict_exit_code),
-            kill_after: None,
+            kill_after: kill_after.map(|kill_after| kill_after.0),
             on_disconnect: args.on_disconnect,
             max_runtime: None,
             once_per: args.once_per,
@@ -121,7 +121,15 @@ impl<'a> Plan<'a> {
             ping: args.ping.as_deref(),
             ping_skipped: args.ping_skipped,
             report: Report::new(args.verbosity()),
-        })
+        };
+        // A --kill-after given must fit the session asked for (and, once
+        // connected, the one granted); an unset one is chosen to fit.
+        if plan.kill_after.is_some() {
+            plan.policy(plan.connect.session_timeout)
+                .map_err(Failure::usage)?;
+        }
+        plan.refuse()?;
+        Ok(plan)
     }
 
     /// Refuses what cannot go together (see [`refuse_once_per`]).

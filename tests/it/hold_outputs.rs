@@ -138,3 +138,72 @@ fn a_loss_in_an_outage_reaches_the_metrics_file_at_once() {
         .assert_code(76);
     place.assert_clean(place.zk());
 }
+
+/// `-v` names only options `zklock hold` has (it once told of a
+/// `--kill-after` that hold refused): every `--option` in what a verbose
+/// hold says is one of `zklock hold --help`'s.
+#[test]
+fn a_verbose_hold_names_only_options_hold_has() {
+    let place = Place::new("hold-verbose-options");
+    let zk = place.zk();
+    let out = place.run(r#"eval "$("$ZKLOCK" hold -v -z "$ZK" "$P")"; "$ZKLOCK" release"#);
+    out.assert_code(0);
+    let help = place.run(r#""$ZKLOCK" hold --help"#);
+    help.assert_code(0);
+    let options = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|word| word.starts_with("--") && word.len() > 2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let known = options(&help.stdout);
+    let said = options(&out.stderr);
+    assert!(said.iter().any(|o| o == "--kill-after"), "{}", out.stderr);
+    for option in said {
+        assert!(
+            known.contains(&option),
+            "{option} is not hold's: {}",
+            out.stderr
+        );
+    }
+    place.assert_clean(zk);
+}
+
+/// `hold --kill-after`: the steps that outlive their TERM are killed that
+/// long after it (a step that ignores TERM, the hold lost at --max-hold);
+/// a value that does not fit the session is refused (64), and the script
+/// is stopped.
+#[test]
+fn kill_after_bounds_the_steps_that_ignore_term() {
+    let place = Place::new("hold-kill-after");
+    let zk = place.zk();
+    // The step says when TERM came, then beats until it is killed.
+    let out = place.run(
+        r#"eval "$("$ZKLOCK" hold --max-hold 2s --kill-after 1s -z "$ZK" "$P")"
+        sh -c 'trap "date +%s.%N > \"$OUT/term\"" TERM
+               while true; do date +%s.%N > "$OUT/beat"; sleep 0.05; done'"#,
+    );
+    // Stopped: its shell too is a step (KILLed with the rest, or ended
+    // by the TERM).
+    assert!(!out.status.success(), "{:?}", out.status);
+    let seconds = |name: &str| read(&place.file(name)).trim().parse::<f64>().unwrap();
+    let (term, last) = (seconds("term"), seconds("beat"));
+    // KILL one second after TERM, not the default five.
+    assert!(
+        (0.8..3.0).contains(&(last - term)),
+        "killed {:.2} s after TERM",
+        last - term
+    );
+    place.assert_clean(zk);
+    let refused =
+        place.run(r#"eval "$("$ZKLOCK" hold --kill-after 60s -z "$ZK" "$P")" || exit; echo ran"#);
+    refused.assert_code(64);
+    assert!(!refused.stdout.contains("ran"), "{}", refused.stdout);
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--kill-after"),
+        "{}",
+        refused.stderr
+    );
+    place.assert_clean(zk);
+}
