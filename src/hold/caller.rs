@@ -6,7 +6,9 @@
 //! a function, a pipeline). Such a subshell writes its stdout into a pipe
 //! its parent reads, and is a fork of that parent (the same command line):
 //! the hold goes up to the process that reads what zklock prints, past
-//! any subshell or wrapper (`sh -c`, `timeout`) in between. Otherwise it
+//! any subshell or wrapper (`sh -c`, `timeout`) in between, and on past
+//! that reader while it is itself such a subshell (a function or a second
+//! `$(...)` that captures zklock's output). Otherwise it
 //! goes up from its parent past a substitution's subshells (a pipeline's
 //! stage inside one), and refuses a wrapper that waits for zklock and then
 //! ends (`timeout`, `sudo`): nothing then shows who runs the steps.
@@ -56,17 +58,23 @@ pub fn bound_process() -> Result<(i32, OwnedFd)> {
         seen(me).context("reading this process in /proc")?,
         pidfd(me)?,
     );
-    if let Some(reader) = reader_of_our_output(&me)? {
-        return Ok(reader);
-    }
-    let (mut child, mut child_fd) = up(&me.0, &me.1)?;
-    if is_wrapper(&child.name) {
-        return Err(Failure::usage(format!(
-            "zklock hold is run by {} (pid {}), which ends with it: the hold would end \
-             at once. Call zklock hold from the script's shell itself (-w bounds the wait)",
-            child.name, child.pid
-        )));
-    }
+    let (mut child, mut child_fd) = match reader_of_our_output(&me)? {
+        Some(reader) => reader,
+        None => {
+            let parent = up(&me.0, &me.1)?;
+            if is_wrapper(&parent.0.name) {
+                return Err(Failure::usage(format!(
+                    "zklock hold is run by {} (pid {}), which ends with it: the hold would \
+                     end at once. Call zklock hold from the script's shell itself (-w bounds \
+                     the wait)",
+                    parent.0.name, parent.0.pid
+                )));
+            }
+            parent
+        }
+    };
+    // The reader may itself be a substitution's subshell (a function or a
+    // second `$(...)` around the call), ending as soon as it prints.
     while child.ppid > 1 {
         let (parent, parent_fd) = up(&child, &child_fd)?;
         let reads = child
@@ -84,7 +92,7 @@ pub fn bound_process() -> Result<(i32, OwnedFd)> {
 /// The ancestor that reads what we print, when our stdout is a pipe: the
 /// shell of `eval "$(zklock hold ...)"` or `vars=$(...)`, however many
 /// subshells and wrappers stand between it and us (`sh -c`, `timeout`).
-fn reader_of_our_output(me: &(Seen, OwnedFd)) -> Result<Option<(i32, OwnedFd)>> {
+fn reader_of_our_output(me: &(Seen, OwnedFd)) -> Result<Option<(Seen, OwnedFd)>> {
     let Some(pipe) = &me.0.stdout_pipe else {
         return Ok(None);
     };
@@ -95,7 +103,7 @@ fn reader_of_our_output(me: &(Seen, OwnedFd)) -> Result<Option<(i32, OwnedFd)>> 
         }
         let (parent, parent_fd) = up(&child, &child_fd)?;
         if reads_pipe(parent.pid, pipe) {
-            return Ok(Some((parent.pid, parent_fd)));
+            return Ok(Some((parent, parent_fd)));
         }
         (child, child_fd) = (parent, parent_fd);
     }

@@ -32,6 +32,31 @@ const FORMS: &[(&str, &str)] = &[
         r#"eval "$(timeout 60 "$ZKLOCK" hold $H)""#,
     ),
     ("set -e", r#"set -e; eval "$("$ZKLOCK" hold $H)""#),
+    ("pipe inside", r#"eval "$("$ZKLOCK" hold $H | cat)""#),
+    (
+        "sh -c inside",
+        r#"eval "$(sh -c '"$ZKLOCK" hold "$@"' sh $H)""#,
+    ),
+    // The reader of zklock's output is itself a substitution's subshell.
+    // `|| :`: under `set -e`, dash and zsh end that subshell at a failed
+    // hold, before it prints zklock's `(exit N)` (docs/holds.md).
+    (
+        "function of its own",
+        r#"lock() { v=$("$ZKLOCK" hold $H) || :; echo "$v"; }; eval "$(lock)""#,
+    ),
+    (
+        "nested substitution",
+        r#"eval "$(v=$("$ZKLOCK" hold $H) || :; echo "$v")""#,
+    ),
+];
+
+/// Forms of the shells that have them (bash, and zsh for `<(...)`).
+const BASH_FORMS: &[(&str, &str)] = &[
+    (
+        "set -eE with an ERR trap",
+        r#"set -eE; trap 'echo failed >&2' ERR; eval "$("$ZKLOCK" hold $H)""#,
+    ),
+    ("source of <(...)", r#". <("$ZKLOCK" hold $H)"#),
 ];
 
 /// `SHELL -c SCRIPT` with the place's environment ([`Place::bash`]'s).
@@ -53,51 +78,117 @@ fn run_in(place: &Place, sh: &[&str], script: &str) -> Outcome {
     run_bounded(&mut shell(place, sh, script), LONG)
 }
 
-/// Each form in each shell holds the lock for the step after it: a step
-/// that runs a second later still finds it held (`status` exits 1), and
-/// the lock is free once the script has ended.
-#[test]
-fn every_calling_form_holds_for_the_next_steps_in_every_shell() {
+/// Every form in every shell that has it.
+fn cases() -> Vec<(&'static [&'static str], &'static str, &'static str)> {
     let mut cases = Vec::new();
     for sh in SHELLS {
         for (name, form) in FORMS {
-            cases.push((sh, name, form));
+            cases.push((*sh, *name, *form));
         }
     }
-    let failures: Vec<String> = thread::scope(|scope| {
-        let handles: Vec<_> = cases
-            .iter()
-            .map(|(sh, name, form)| {
+    for sh in [&["bash"][..], &["zsh"]] {
+        for (name, form) in BASH_FORMS {
+            cases.push((sh, *name, *form));
+        }
+    }
+    cases
+}
+
+/// `check` of each case, each in a place of its own, all at once; what
+/// went wrong, one line per case.
+fn in_parallel(
+    cases: &[(&[&str], &str, &str)],
+    check: impl Fn(&Place, &[&str], &str, &str) -> Option<String> + Sync,
+) -> Vec<String> {
+    thread::scope(|scope| {
+        let handles: Vec<_> = (cases.iter())
+            .map(|&(sh, name, form)| {
+                let check = &check;
                 scope.spawn(move || {
                     let place = Place::new("hold-form");
                     let form = form.replace("$H", r#"-z "$ZK" "$P""#);
-                    let script = format!(
-                        "{form}\nsleep 1\n\
-                         if \"$ZKLOCK\" status -z \"$ZK\" \"$P\" > /dev/null; then echo free; \
-                         else echo held; fi > \"$OUT/status\""
-                    );
-                    let out = run_in(&place, sh, &script);
-                    let held = read(&place.file("status"));
-                    let verdict = if out.code() != 0 || held.trim() != "held" {
-                        Some(format!(
-                            "{} / {name}: exit {}, status after a second {:?}; {}",
-                            sh.join(" "),
-                            out.code(),
-                            held.trim(),
-                            out.stderr
-                        ))
-                    } else {
-                        None
-                    };
+                    let wrong = check(&place, sh, name, &form);
                     place.assert_clean(place.zk());
-                    verdict
+                    wrong.map(|wrong| format!("{} / {name}: {wrong}", sh.join(" ")))
                 })
             })
             .collect();
-        handles
-            .into_iter()
+        (handles.into_iter())
             .filter_map(|h| h.join().unwrap())
             .collect()
+    })
+}
+
+/// Whether the lock is held a second after `form` (a step that runs then
+/// still finds it held), as a script in `sh`; what went wrong if not.
+/// `status` exits 1 when held (0 free, 69 or 70 unanswered).
+fn holds_for_the_next_step(place: &Place, sh: &[&str], form: &str) -> Option<String> {
+    let script = format!(
+        "{form}\nsleep 1\n\
+         if \"$ZKLOCK\" status -z \"$ZK\" \"$P\" > /dev/null; then echo 0; \
+         else echo $?; fi > \"$OUT/status\""
+    );
+    let out = run_in(place, sh, &script);
+    let status = read(&place.file("status"));
+    (out.code() != 0 || status.trim() != "1").then(|| {
+        format!(
+            "exit {}, status's exit after a second {:?}; {}",
+            out.code(),
+            status.trim(),
+            out.stderr
+        )
+    })
+}
+
+/// Each form in each shell holds the lock for the step after it, and the
+/// lock is free once the script has ended.
+#[test]
+fn every_calling_form_holds_for_the_next_steps_in_every_shell() {
+    let failures = in_parallel(&cases(), |place, sh, _, form| {
+        holds_for_the_next_step(place, sh, form)
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same when the lock is held elsewhere first and freed while the
+/// form waits: what the hold is bound to is found before the wait.
+#[test]
+fn every_calling_form_that_waits_holds_for_the_next_steps() {
+    let failures = in_parallel(&cases(), |place, sh, _, form| {
+        let holder = place.held_by_a_shell();
+        let form = form.replace(" hold ", " hold -w 30s ");
+        let freeing = thread::spawn(move || {
+            thread::sleep(std::time::Duration::from_secs(1));
+            drop(holder);
+        });
+        let wrong = holds_for_the_next_step(place, sh, &form);
+        freeing.join().unwrap();
+        wrong
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Each form stops the script under `set -e` when the lock is held
+/// elsewhere (`-n`): the step after it never runs, and the script ends
+/// with zklock's status.
+#[test]
+fn every_calling_form_that_fails_stops_the_script() {
+    let failures = in_parallel(&cases(), |place, sh, _, form| {
+        let _holder = place.held_by_a_shell();
+        let form = form.replace(" hold ", " hold -n ");
+        let out = run_in(
+            place,
+            sh,
+            &format!("set -e\n{form}\necho ran > \"$OUT/ran\""),
+        );
+        let ran = place.file("ran").exists();
+        (out.code() != 75 || ran).then(|| {
+            format!(
+                "exit {} (want 75), step ran: {ran}; {}",
+                out.code(),
+                out.stderr
+            )
+        })
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
