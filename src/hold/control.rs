@@ -219,6 +219,10 @@ struct Held {
 pub enum Unanswered {
     /// No holder listens there (released already, or its holder ended).
     NoHold,
+    /// A socket its holder left behind, nobody listening on it: the holder
+    /// was killed (one that ends removes its socket). The hold ended
+    /// without a release; the keeper stopped its steps.
+    Killed,
     /// The socket belongs to another user, or the answer was garbled.
     Refused(String),
     /// The holder took the connection but did not answer within this
@@ -245,7 +249,7 @@ fn ask(socket: &Path, request: Request, deadline: Duration) -> Result<String, Un
         io::ErrorKind::NotFound => Unanswered::NoHold,
         io::ErrorKind::ConnectionRefused => {
             forget_stale(socket);
-            Unanswered::NoHold
+            Unanswered::Killed
         }
         io::ErrorKind::WouldBlock => Unanswered::NoAnswer(deadline),
         _ => Unanswered::Io(err),

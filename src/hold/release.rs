@@ -47,6 +47,13 @@ pub fn release(args: ReleaseArgs) -> Result<Exit> {
             "no such hold: {} (released already, or its holder has ended)",
             socket.display()
         ))),
+        Err(Unanswered::Killed) => {
+            report::say(format_args!(
+                "the lock was lost before this release: its holder ended without releasing \
+                 it (killed?), and the hold with it"
+            ));
+            Ok(Exit::LockLost)
+        }
         Err(Unanswered::NoAnswer(after)) => Err(no_answer(&socket, after)),
         Err(Unanswered::Refused(why)) => Err(Failure::new(Exit::NoPermission, why).into()),
         Err(Unanswered::Io(err)) if err.kind() == std::io::ErrorKind::PermissionDenied => {

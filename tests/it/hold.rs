@@ -269,8 +269,9 @@ fn a_killed_holders_socket_is_removed_by_the_next_release() {
     wait_until(LONG, "the holder is gone", || {
         !crate::harness::pid_alive(pid)
     });
+    // The hold ended without a release: lost, as issue 36 asks (76).
     let out = place.run(r#"eval "$(cat "$OUT/vars")"; "$ZKLOCK" release"#);
-    out.assert_code(64);
+    out.assert_code(76);
     assert!(!socket.exists());
     // Its session ends on the server, with the node.
     place.assert_clean(zk);

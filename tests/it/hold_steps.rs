@@ -163,8 +163,13 @@ fn scenario(fault: Fault, own_group: bool) {
         "{fault:?}: steps ran beside the next holder: {found:?}\n{contents}"
     );
     if let Fault::KillHolder = fault {
-        // Its socket, which nobody listens on, goes with the next release.
-        place.run(r#""$ZKLOCK" release "$P""#).assert_code(64);
+        // The hold ended without a release: lost (76), and its socket,
+        // which nobody listens on, goes with that release.
+        let release = r#"ZKLOCK_HOLD=$(cat "$OUT/socket") "$ZKLOCK" release"#;
+        let out = place.run(release);
+        out.assert_code(76);
+        assert!(out.one_error_line().contains("killed?"), "{}", out.stderr);
+        place.run(release).assert_code(64);
     }
     place.assert_clean(place.zk());
 }
