@@ -240,16 +240,24 @@ fn a_failed_hold_stops_the_script_in_every_shell() {
 }
 
 /// A wrapper that would be the bound process and ends with zklock is
-/// refused with one line saying how to call it; nothing is held.
+/// refused with one line saying how to call it; nothing is held; in each
+/// shell.
 #[test]
 fn a_wrapper_that_ends_with_zklock_is_refused() {
     let place = Place::new("hold-wrapper");
-    let out = place.run(r#"timeout 60 "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/vars""#);
-    out.assert_code(64);
-    assert!(
-        out.one_error_line().contains("script's shell itself"),
-        "{}",
-        out.stderr
-    );
-    place.assert_clean(place.zk());
+    for sh in SHELLS {
+        let out = run_in(
+            &place,
+            sh,
+            r#"timeout 60 "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/vars""#,
+        );
+        out.assert_code(64);
+        assert!(
+            out.one_error_line().contains("script's shell itself"),
+            "{}: {}",
+            sh.join(" "),
+            out.stderr
+        );
+        place.assert_clean(place.zk());
+    }
 }
