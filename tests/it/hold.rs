@@ -319,24 +319,6 @@ fn a_deleted_node_terminates_the_bound_shell_and_release_exits_76() {
 }
 
 #[test]
-fn a_run_nested_in_a_hold_runs_at_once_under_it() {
-    let place = Place::new("hold-nested");
-    let zk = place.zk();
-    let out = place.run(
-        r#"set -e
-        eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
-        echo "$ZKLOCK_FENCING_TOKEN"
-        "$ZKLOCK" run -n -z "$ZK" "$P" -- sh -c 'echo "$ZKLOCK_FENCING_TOKEN"'
-        "$ZKLOCK" release"#,
-    );
-    out.assert_code(0);
-    let tokens: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(tokens.len(), 2, "{}", out.stdout);
-    assert_eq!(tokens[0], tokens[1]);
-    place.assert_clean(zk);
-}
-
-#[test]
 fn not_acquired_prints_only_its_status_for_eval_and_exits_as_run() {
     let place = Place::new("hold-busy");
     let zk = place.zk();
@@ -350,37 +332,5 @@ fn not_acquired_prints_only_its_status_for_eval_and_exits_as_run() {
     out.assert_code(3);
     signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
-    place.assert_clean(zk);
-}
-
-#[test]
-fn a_hold_nested_in_a_hold_or_a_run_holds_at_once_under_it() {
-    let place = Place::new("hold-nested-hold");
-    let zk = place.zk();
-    let out = place.run(
-        r#"set -e
-        eval "$("$ZKLOCK" hold -z "$ZK" "$P")"
-        outer=$ZKLOCK_HOLD
-        echo "$ZKLOCK_FENCING_TOKEN"
-        (
-            eval "$("$ZKLOCK" hold -n -z "$ZK" "$P")"
-            echo "$ZKLOCK_FENCING_TOKEN"
-            test "$ZKLOCK_HOLD" != "$outer"
-            "$ZKLOCK" release
-        )
-        # The inner release left the outer hold in place.
-        if "$ZKLOCK" status -z "$ZK" "$P" > /dev/null; then echo free; fi
-        "$ZKLOCK" release
-        "$ZKLOCK" run -z "$ZK" "$P" -- bash -c '
-            echo "$ZKLOCK_FENCING_TOKEN"
-            eval "$("$ZKLOCK" hold -n -z "$ZK" "$P")"
-            echo "$ZKLOCK_FENCING_TOKEN"
-            "$ZKLOCK" release'"#,
-    );
-    out.assert_code(0);
-    let tokens: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(tokens.len(), 4, "{}", out.stdout);
-    assert_eq!(tokens[0], tokens[1]);
-    assert_eq!(tokens[2], tokens[3]);
     place.assert_clean(zk);
 }

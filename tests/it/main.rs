@@ -27,6 +27,7 @@ mod hold;
 mod hold_faults;
 mod hold_formats;
 mod hold_make;
+mod hold_nested;
 mod hold_outputs;
 mod hold_release;
 mod hold_runtime;
