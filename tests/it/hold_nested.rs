@@ -3,11 +3,11 @@
 //! `--until-released` hold runs its command under `zklock run` of the same
 //! path, which follows the hold's lease, so it stops before the next holder
 //! starts whatever ends the hold, as a bound script's steps do (see
-//! `hold_steps`).
+//! `hold_steps`); and a nested run whose holder is gone runs nothing.
 
-use crate::harness::{KillOnDrop, TempDir};
-use crate::hold::Place;
-use crate::hold_steps::{Fault, Ground, STEP, hold_until_released, overlaps};
+use crate::harness::{KillOnDrop, TempDir, run_bounded, signal};
+use crate::hold::{LONG, Place};
+use crate::hold_steps::{Fault, Ground, STEP, hold_until_released, holder_pid, overlaps, zklock};
 
 #[test]
 fn a_run_nested_in_a_hold_runs_at_once_under_it() {
@@ -133,4 +133,53 @@ fn a_nested_step_stops_when_the_holder_is_cut_off() {
 #[test]
 fn a_nested_step_stops_when_zookeeper_is_down_past_the_lease() {
     nested_scenario(Fault::Restart);
+}
+
+/// A nested run under a hold whose holder was killed (its node still
+/// there until its session expires) runs nothing and ends as a lock not
+/// acquired, as under a hold found lost: whether the socket is left
+/// (refused) or gone (removed by a `release`).
+#[test]
+fn a_nested_run_under_a_killed_holder_runs_nothing() {
+    let place = Place::new("hold-nested-gone");
+    let zk = place.zk();
+    // The session outlives the test's nested runs: they find the node
+    // theirs, so only the holder's absence can refuse them.
+    let vars = hold_until_released(&place, "--max-hold 1m --session-timeout 30s");
+    signal(holder_pid(&place), libc::SIGKILL);
+    let nested = |flags: &str, code: i32| {
+        let mut run = place.bash(&format!(
+            r#""$ZKLOCK" run {flags} -z "$ZK" "$P" -- sh -c 'echo ran >> "$OUT/ran"'"#
+        ));
+        let out = run_bounded(run.envs(&vars), LONG);
+        out.assert_code(code);
+        let said = out.one_error_line();
+        assert!(
+            said.contains("holder of the enclosing hold is gone"),
+            "{said}"
+        );
+    };
+    nested("", 75);
+    nested("-E 3", 3);
+    // Its socket, which nobody listens on, goes with a release.
+    let release = place
+        .bash(r#""$ZKLOCK" release"#)
+        .envs(&vars)
+        .output()
+        .unwrap();
+    assert_eq!(release.status.code(), Some(64), "{release:?}");
+    let socket = std::path::Path::new(&vars["ZKLOCK_HOLD"]);
+    assert!(!socket.exists(), "the release left {}", socket.display());
+    nested("", 75);
+    assert!(!place.file("ran").exists(), "a nested command ran");
+    assert!(!place.is_free(zk), "the session outlived the nested runs");
+    // Rather than wait 30 s for the session to expire.
+    run_bounded(
+        zklock()
+            .args(["break", "--yes", "-z", &place.connect])
+            .arg(&place.path),
+        LONG,
+    )
+    .assert_code(0);
+    place.assert_clean(zk);
 }
