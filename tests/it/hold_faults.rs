@@ -145,9 +145,12 @@ fn holds_and_runs_of_one_path_exclude_each_other() {
 }
 
 /// A `zklock hold` waiting behind `place`'s holder, started directly (its
-/// pid is the test's to signal); returns once it has queued.
-fn waiting_hold(place: &Place, zk: &Inspector) -> KillOnDrop {
-    let waiter = place.spawn(r#"exec "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/waiter""#);
+/// pid is the test's to signal), printing to `$OUT/OUTPUT`; returns once it
+/// has queued.
+fn waiting_hold(place: &Place, zk: &Inspector, output: &str) -> KillOnDrop {
+    let waiter = place.spawn(&format!(
+        r#"exec "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/{output}""#
+    ));
     wait_until(LONG, "the waiter queued", || {
         zk.tree(&place.path).len() >= 2
     });
@@ -162,20 +165,23 @@ fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
     // The holder's node; a waiter makes 2.
     assert_eq!(zk.tree(&place.path).len(), 1);
     // Ctrl-C reaches `zklock hold`, which passes it on to its holder.
-    let mut waiter = waiting_hold(&place, zk);
+    let mut waiter = waiting_hold(&place, zk, "interrupted");
     signal(waiter.0.id() as i32, libc::SIGINT);
     assert_eq!(waiter.0.wait().unwrap().code(), Some(130));
+    // For `eval`, as any hold that does not hold.
+    assert_eq!(read(&place.file("interrupted")), "(exit 130)\n");
     wait_until(LONG, "the waiter's node is gone", || {
         zk.tree(&place.path).len() == 1
     });
     // Killed, its holder follows it (a parent-death signal).
-    let mut waiter = waiting_hold(&place, zk);
+    let mut waiter = waiting_hold(&place, zk, "killed");
     signal(waiter.0.id() as i32, libc::SIGKILL);
     let _ = waiter.0.wait();
     wait_until(LONG, "the waiter's node is gone", || {
         zk.tree(&place.path).len() == 1
     });
-    assert_eq!(read(&place.file("waiter")), "");
+    // Killed, it prints nothing (docs/holds.md).
+    assert_eq!(read(&place.file("killed")), "");
     signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
     place.assert_clean(zk);
