@@ -207,18 +207,20 @@ impl Ground {
     }
 }
 
-/// The next holder: a `zklock run` straight to the server, logging to
-/// `log` as the steps do.
+/// The next holder runs: see [`the_next_holder`].
 pub(crate) fn the_next_holder_runs(server: &ZkServer, place: &Place, log: &Path) {
-    let run = run_bounded(
-        zklock()
-            .args(["run", "-w", "30s", "-z", &server.connect_string()])
-            .arg(&place.path)
-            .args(["--", "sh", "-c", RUN])
-            .env("LOG", log),
-        LONG,
-    );
-    run.assert_code(0);
+    run_bounded(&mut the_next_holder(server, place, log), LONG).assert_code(0);
+}
+
+/// The next holder: a `zklock run` straight to the server, waiting up to
+/// 30 s, logging to `log` as the steps do.
+pub(crate) fn the_next_holder(server: &ZkServer, place: &Place, log: &Path) -> Command {
+    let mut run = zklock();
+    run.args(["run", "-w", "30s", "-z", &server.connect_string()])
+        .arg(&place.path)
+        .args(["--", "sh", "-c", RUN])
+        .env("LOG", log);
+    run
 }
 
 pub(crate) fn zklock() -> Command {

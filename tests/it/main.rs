@@ -33,6 +33,7 @@ mod hold_release;
 mod hold_runtime;
 mod hold_shells;
 mod hold_steps;
+mod hold_stops;
 mod hold_terminal;
 mod holder_data;
 mod holder_message;
