@@ -33,9 +33,13 @@ fn a_session_lost_at_the_proxy_terminates_the_bound_shell() {
     place.assert_clean(&zk);
 }
 
-/// Root runs the suite in CI's container; elsewhere this cannot be tested.
-fn as_root() -> bool {
-    rustix::process::getuid().is_root()
+/// Acting as another user needs root, which the suite has here and in
+/// CI's container: a run without it fails rather than passes untested.
+fn assert_root() {
+    assert!(
+        rustix::process::getuid().is_root(),
+        "this test needs root, to act as another user (setpriv); run the suite as root"
+    );
 }
 
 /// `command` as user nobody.
@@ -63,10 +67,7 @@ print(repr(answer))
 
 #[test]
 fn another_user_can_neither_release_nor_reach_a_hold() {
-    if !as_root() {
-        eprintln!("skipped: needs root to act as another user");
-        return;
-    }
+    assert_root();
     let place = Place::new("hold-other-user");
     let zk = place.zk();
     let hold =
@@ -144,9 +145,12 @@ fn holds_and_runs_of_one_path_exclude_each_other() {
 }
 
 /// A `zklock hold` waiting behind `place`'s holder, started directly (its
-/// pid is the test's to signal); returns once it has queued.
-fn waiting_hold(place: &Place, zk: &Inspector) -> KillOnDrop {
-    let waiter = place.spawn(r#"exec "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/waiter""#);
+/// pid is the test's to signal), printing to `$OUT/OUTPUT`; returns once it
+/// has queued.
+fn waiting_hold(place: &Place, zk: &Inspector, output: &str) -> KillOnDrop {
+    let waiter = place.spawn(&format!(
+        r#"exec "$ZKLOCK" hold -z "$ZK" "$P" > "$OUT/{output}""#
+    ));
     wait_until(LONG, "the waiter queued", || {
         zk.tree(&place.path).len() >= 2
     });
@@ -161,20 +165,23 @@ fn a_wait_ends_with_its_zklock_hold_ctrl_c_and_kill_alike() {
     // The holder's node; a waiter makes 2.
     assert_eq!(zk.tree(&place.path).len(), 1);
     // Ctrl-C reaches `zklock hold`, which passes it on to its holder.
-    let mut waiter = waiting_hold(&place, zk);
+    let mut waiter = waiting_hold(&place, zk, "interrupted");
     signal(waiter.0.id() as i32, libc::SIGINT);
     assert_eq!(waiter.0.wait().unwrap().code(), Some(130));
+    // For `eval`, as any hold that does not hold.
+    assert_eq!(read(&place.file("interrupted")), "(exit 130)\n");
     wait_until(LONG, "the waiter's node is gone", || {
         zk.tree(&place.path).len() == 1
     });
     // Killed, its holder follows it (a parent-death signal).
-    let mut waiter = waiting_hold(&place, zk);
+    let mut waiter = waiting_hold(&place, zk, "killed");
     signal(waiter.0.id() as i32, libc::SIGKILL);
     let _ = waiter.0.wait();
     wait_until(LONG, "the waiter's node is gone", || {
         zk.tree(&place.path).len() == 1
     });
-    assert_eq!(read(&place.file("waiter")), "");
+    // Killed, it prints nothing (docs/holds.md).
+    assert_eq!(read(&place.file("killed")), "");
     signal(holder.0.id() as i32, libc::SIGKILL);
     let _ = holder.0.wait();
     place.assert_clean(zk);

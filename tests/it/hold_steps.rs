@@ -11,6 +11,7 @@
 //! its last heartbeat.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::harness::{
 use crate::hold::{LONG, Place};
 
 /// A step: `STEP NAME` logs `start`, beats for `$SECONDS_` s, `end`.
-const STEP: &str = r#"step() {
+pub(crate) const STEP: &str = r#"step() {
     sh -c 'echo "start $1 $$" >> "$LOG"; i=0
         while [ $i -lt 60 ]; do echo "beat $1 $$" >> "$LOG"; sleep 0.05; i=$((i+1)); done
         echo "end $1 $$" >> "$LOG"' step "$1"
@@ -49,7 +50,7 @@ fn intervals(log: &str) -> Vec<(String, usize, usize)> {
 }
 
 /// Pairs of a hold's step and a run's command whose intervals overlap.
-fn overlaps(log: &str) -> Vec<String> {
+pub(crate) fn overlaps(log: &str) -> Vec<String> {
     let all = intervals(log);
     let mut found = Vec::new();
     for (a_who, a_first, a_last) in &all {
@@ -66,7 +67,7 @@ fn overlaps(log: &str) -> Vec<String> {
 
 /// The fault a scenario throws at the hold once its first step runs.
 #[derive(Clone, Copy, Debug)]
-enum Fault {
+pub(crate) enum Fault {
     Break,
     MaxHold,
     KillHolder,
@@ -80,12 +81,10 @@ enum Fault {
 /// runs its steps; the fault comes once the first step beats; a `zklock
 /// run` then waits for the lock and runs. No step may overlap the run.
 fn scenario(fault: Fault, own_group: bool) {
-    let mut own = matches!(fault, Fault::Restart).then(ZkServer::start);
-    let server = own.as_ref().unwrap_or_else(|| shared_server());
-    let proxy = FaultProxy::start(server.addr());
+    let mut ground = Ground::for_fault(fault);
     let connect = match fault {
-        Fault::Partition => proxy.connect_string(),
-        _ => server.connect_string(),
+        Fault::Partition => ground.proxy.connect_string(),
+        _ => ground.server().connect_string(),
     };
     let place = Place::at(&connect, "hold-steps");
     let logs = TempDir::new();
@@ -111,50 +110,7 @@ fn scenario(fault: Fault, own_group: bool) {
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     }
     let mut script = KillOnDrop(cmd.spawn().unwrap());
-    wait_until(LONG, "the first step beats", || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("beat first")
-    });
-    let holder = holder_pid(&place);
-    match fault {
-        Fault::Break => {
-            let out = run_bounded(
-                zklock()
-                    .args(["break", "--yes", "-z", &server.connect_string()])
-                    .arg(&place.path),
-                LONG,
-            );
-            out.assert_code(0);
-            // A break frees the lock at once, and a waiter may start before
-            // the holder hears of it (docs/design.md, "Operator commands"):
-            // what is checked is that the steps stop within moments.
-            std::thread::sleep(Duration::from_secs(1));
-            let before = std::fs::read_to_string(&log).unwrap();
-            std::thread::sleep(Duration::from_millis(500));
-            assert_eq!(
-                std::fs::read_to_string(&log).unwrap(),
-                before,
-                "steps ran on after the break"
-            );
-        }
-        Fault::MaxHold => {}
-        Fault::KillHolder => signal(holder, libc::SIGKILL),
-        Fault::StopHolder => signal(holder, libc::SIGSTOP),
-        Fault::Partition => proxy.set_mode(Mode::Blackhole),
-        Fault::Restart => {
-            let server = own.as_mut().unwrap();
-            server.stop();
-            std::thread::sleep(Duration::from_secs(5));
-            server.start_again();
-        }
-    }
-    let server = own.as_ref().unwrap_or_else(|| shared_server());
-    the_next_holder_runs(server, &place, &log);
-    if let Fault::StopHolder = fault {
-        signal(holder, libc::SIGCONT);
-    }
-    proxy.set_mode(Mode::Pass);
+    ground.once_beating("first", fault, &place, &log);
     let _ = script.0.wait();
     let contents = std::fs::read_to_string(&log).unwrap();
     let found = overlaps(&contents);
@@ -174,26 +130,123 @@ fn scenario(fault: Fault, own_group: bool) {
     place.assert_clean(place.zk());
 }
 
-/// The next holder: a `zklock run` straight to the server, logging to
-/// `log` as the steps do.
-fn the_next_holder_runs(server: &ZkServer, place: &Place, log: &std::path::Path) {
-    let run = run_bounded(
-        zklock()
-            .args(["run", "-w", "30s", "-z", &server.connect_string()])
-            .arg(&place.path)
-            .args(["--", "sh", "-c", RUN])
-            .env("LOG", log),
-        LONG,
-    );
-    run.assert_code(0);
+/// Where a scenario's hold runs: the shared server, or one of its own for
+/// a restart; a fault proxy in front of it for a partition.
+pub(crate) struct Ground {
+    own: Option<ZkServer>,
+    pub(crate) proxy: FaultProxy,
 }
 
-fn zklock() -> Command {
+impl Ground {
+    pub(crate) fn for_fault(fault: Fault) -> Ground {
+        let own = matches!(fault, Fault::Restart).then(ZkServer::start);
+        let server = own.as_ref().unwrap_or_else(|| shared_server());
+        let proxy = FaultProxy::start(server.addr());
+        Ground { own, proxy }
+    }
+
+    pub(crate) fn server(&self) -> &ZkServer {
+        self.own.as_ref().unwrap_or_else(|| shared_server())
+    }
+
+    /// Once step `name` beats in `log`: throws `fault` at the hold of
+    /// `place`, lets the next holder run, and ends what is left of the
+    /// fault.
+    pub(crate) fn once_beating(&mut self, name: &str, fault: Fault, place: &Place, log: &Path) {
+        wait_until(LONG, &format!("step {name} beats"), || {
+            std::fs::read_to_string(log)
+                .unwrap()
+                .contains(&format!("beat {name}"))
+        });
+        let holder = holder_pid(place);
+        self.throw(fault, place, log, holder);
+        the_next_holder_runs(self.server(), place, log);
+        self.recover(fault, holder);
+    }
+
+    /// Throws `fault` at the hold of `place` (whose holder is `holder`,
+    /// whose steps log to `log`).
+    fn throw(&mut self, fault: Fault, place: &Place, log: &Path, holder: i32) {
+        match fault {
+            Fault::Break => {
+                let out = run_bounded(
+                    zklock()
+                        .args(["break", "--yes", "-z", &self.server().connect_string()])
+                        .arg(&place.path),
+                    LONG,
+                );
+                out.assert_code(0);
+                // A break frees the lock at once, and a waiter may start
+                // before the holder hears of it (docs/design.md, "Operator
+                // commands"): what is checked is that the steps stop within
+                // moments.
+                std::thread::sleep(Duration::from_secs(1));
+                let before = std::fs::read_to_string(log).unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+                assert_eq!(
+                    std::fs::read_to_string(log).unwrap(),
+                    before,
+                    "steps ran on after the break"
+                );
+            }
+            Fault::MaxHold => {}
+            Fault::KillHolder => signal(holder, libc::SIGKILL),
+            Fault::StopHolder => signal(holder, libc::SIGSTOP),
+            Fault::Partition => self.proxy.set_mode(Mode::Blackhole),
+            Fault::Restart => {
+                let server = self.own.as_mut().unwrap();
+                server.stop();
+                std::thread::sleep(Duration::from_secs(5));
+                server.start_again();
+            }
+        }
+    }
+
+    /// Ends what is left of `fault` once the next holder ran: a stopped
+    /// holder goes on, a partition heals.
+    fn recover(&self, fault: Fault, holder: i32) {
+        if let Fault::StopHolder = fault {
+            signal(holder, libc::SIGCONT);
+        }
+        self.proxy.set_mode(Mode::Pass);
+    }
+}
+
+/// The next holder runs: see [`the_next_holder`].
+pub(crate) fn the_next_holder_runs(server: &ZkServer, place: &Place, log: &Path) {
+    run_bounded(&mut the_next_holder(server, place, log), LONG).assert_code(0);
+}
+
+/// The next holder: a `zklock run` straight to the server, waiting up to
+/// 30 s, logging to `log` as the steps do.
+pub(crate) fn the_next_holder(server: &ZkServer, place: &Place, log: &Path) -> Command {
+    let mut run = zklock();
+    run.args(["run", "-w", "30s", "-z", &server.connect_string()])
+        .arg(&place.path)
+        .args(["--", "sh", "-c", RUN])
+        .env("LOG", log);
+    run
+}
+
+pub(crate) fn zklock() -> Command {
     Command::new(env!("CARGO_BIN_EXE_zklock"))
 }
 
+/// An `--until-released` hold of `place` with `flags`, as a CI job's first
+/// step takes it: its variables (its socket also in `$OUT/socket`, for
+/// [`holder_pid`]).
+pub(crate) fn hold_until_released(place: &Place, flags: &str) -> HashMap<String, String> {
+    let hold = place.run(&format!(
+        r#""$ZKLOCK" hold --until-released {flags} --format json -z "$ZK" "$P""#
+    ));
+    hold.assert_code(0);
+    let vars: HashMap<String, String> = serde_json::from_str(&hold.stdout).unwrap();
+    std::fs::write(place.file("socket"), &vars["ZKLOCK_HOLD"]).unwrap();
+    vars
+}
+
 /// The holder's pid: its socket is `hold-PID.sock`.
-fn holder_pid(place: &Place) -> i32 {
+pub(crate) fn holder_pid(place: &Place) -> i32 {
     let socket = std::fs::read_to_string(place.file("socket")).unwrap();
     let name = socket.trim().rsplit('/').next().unwrap();
     name.trim_start_matches("hold-")
@@ -261,89 +314,12 @@ fn a_step_left_running_keeps_the_hold_of_a_script_that_leads_its_group() {
     place.assert_clean(place.zk());
 }
 
-/// A CI step in a shell of its own, under an `--until-released` hold: its
-/// command runs under `zklock run` of the same path (nested: at once under
-/// the hold), which follows the hold's lease, so it stops before the next
-/// holder starts when the holder is killed, stopped or cut off.
-fn nested_scenario(fault: Fault) {
-    let server = shared_server();
-    let proxy = FaultProxy::start(server.addr());
-    let place = Place::at(&proxy.connect_string(), "hold-nested-step");
-    let logs = TempDir::new();
-    let log = logs.path().join("log");
-    std::fs::write(&log, "").unwrap();
-    let hold = place.run(
-        r#""$ZKLOCK" hold --until-released --max-hold 1m --session-timeout 4s --format json \
-            -z "$ZK" "$P""#,
-    );
-    hold.assert_code(0);
-    let vars: HashMap<String, String> = serde_json::from_str(&hold.stdout).unwrap();
-    let step_body = STEP.to_owned() + "\nstep nested";
-    let mut step = place.bash(r#""$ZKLOCK" run -z "$ZK" "$P" -- sh -c "$BODY""#);
-    // Straight to the server: the step is cut off from nothing.
-    step.env("LOG", &log)
-        .env("BODY", &step_body)
-        .envs(&vars)
-        .env("ZK", server.connect_string());
-    let mut step = KillOnDrop(step.spawn().unwrap());
-    wait_until(LONG, "the nested step beats", || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("beat nested")
-    });
-    let socket = &vars["ZKLOCK_HOLD"];
-    std::fs::write(place.file("socket"), socket).unwrap();
-    let holder = holder_pid(&place);
-    match fault {
-        Fault::KillHolder => signal(holder, libc::SIGKILL),
-        Fault::StopHolder => signal(holder, libc::SIGSTOP),
-        Fault::Partition => proxy.set_mode(Mode::Blackhole),
-        Fault::Break | Fault::MaxHold | Fault::Restart => unreachable!(),
-    }
-    the_next_holder_runs(server, &place, &log);
-    if let Fault::StopHolder = fault {
-        signal(holder, libc::SIGCONT);
-    }
-    proxy.set_mode(Mode::Pass);
-    let status = step.0.wait().unwrap();
-    assert_eq!(status.code(), Some(76), "the nested step lost the lock");
-    let contents = std::fs::read_to_string(&log).unwrap();
-    let found = overlaps(&contents);
-    assert!(
-        found.is_empty(),
-        "{fault:?}: a nested step ran beside the next holder: {found:?}\n{contents}"
-    );
-    let _ = place.run(r#""$ZKLOCK" release "$P""#);
-    place.assert_clean(place.zk());
-}
-
-#[test]
-fn a_nested_step_stops_when_the_holder_is_killed() {
-    nested_scenario(Fault::KillHolder);
-}
-
-#[test]
-fn a_nested_step_stops_when_the_holder_is_stopped() {
-    nested_scenario(Fault::StopHolder);
-}
-
-#[test]
-fn a_nested_step_stops_when_the_holder_is_cut_off() {
-    nested_scenario(Fault::Partition);
-}
-
 /// A holder stopped (SIGSTOP) past its lease deadline says so when asked,
 /// rather than blaming ZooKeeper: `release` exits 76 naming the stop.
 #[test]
 fn a_holder_stopped_past_its_lease_says_so() {
     let place = Place::new("hold-stopped");
-    let hold = place.run(
-        r#""$ZKLOCK" hold --until-released --max-hold 1m --session-timeout 4s --format json \
-            -z "$ZK" "$P""#,
-    );
-    hold.assert_code(0);
-    let vars: HashMap<String, String> = serde_json::from_str(&hold.stdout).unwrap();
-    std::fs::write(place.file("socket"), &vars["ZKLOCK_HOLD"]).unwrap();
+    hold_until_released(&place, "--max-hold 1m --session-timeout 4s");
     let holder = holder_pid(&place);
     signal(holder, libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(5));

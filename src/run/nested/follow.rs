@@ -67,11 +67,32 @@ impl Follower {
     /// Asks the holder at `socket` (of our own user) for its lease; None
     /// when its nodes are not those of session `owner`, the one we run
     /// under (a run between it and us holds other paths).
-    /// A hold found lost already is `gave_up` (`-E`'s code): the lock
-    /// cannot be had under it.
+    /// A hold found lost already, or whose holder is gone, is `gave_up`
+    /// (`-E`'s code): the lock cannot be had under it.
     pub(crate) fn ask(socket: &Path, owner: i64, gave_up: Exit) -> Result<Option<Follower>> {
         let context = || format!("following the hold at {}", socket.display());
-        let mut stream = std::os::unix::net::UnixStream::connect(socket).with_context(context)?;
+        let mut stream = match std::os::unix::net::UnixStream::connect(socket) {
+            Ok(stream) => stream,
+            // Our claim was confirmed: the node is there, its holder not
+            // (killed), so nothing would stop the step when the session
+            // expires. The lock cannot be had under it.
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                ) =>
+            {
+                return Err(Failure::new(
+                    gave_up,
+                    format!(
+                        "the holder of the enclosing hold is gone (killed?): nothing listens on {}",
+                        socket.display()
+                    ),
+                )
+                .into());
+            }
+            Err(err) => return Err(err).with_context(context),
+        };
         let me = rustix::process::getuid().as_raw();
         let cred = rustix::net::sockopt::socket_peercred(&stream).with_context(context)?;
         if cred.uid.as_raw() != me {
