@@ -184,3 +184,33 @@ fn a_nested_run_under_a_killed_holder_runs_nothing() {
     .assert_code(0);
     place.assert_clean(zk);
 }
+
+/// A nested run under a stopped holder (SIGSTOP) runs nothing: the holder
+/// cannot tell it its lease, so nothing would stop the step in time. It
+/// ends as a lock not acquired, saying why, once its question goes
+/// unanswered.
+#[test]
+fn a_nested_run_under_a_stopped_holder_runs_nothing() {
+    let place = Place::new("hold-nested-stopped");
+    let zk = place.zk();
+    let vars = hold_until_released(&place, "--max-hold 1m --session-timeout 30s");
+    let holder = holder_pid(&place);
+    signal(holder, libc::SIGSTOP);
+    let mut run = place.bash(r#""$ZKLOCK" run -z "$ZK" "$P" -- sh -c 'echo ran >> "$OUT/ran"'"#);
+    let out = run_bounded(run.envs(&vars), LONG);
+    signal(holder, libc::SIGCONT);
+    out.assert_code(75);
+    assert!(
+        out.one_error_line().contains("does not answer (stopped?)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!place.file("ran").exists(), "the nested command ran");
+    let release = place
+        .bash(r#""$ZKLOCK" release"#)
+        .envs(&vars)
+        .output()
+        .unwrap();
+    assert_eq!(release.status.code(), Some(0), "{release:?}");
+    place.assert_clean(zk);
+}

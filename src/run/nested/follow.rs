@@ -109,7 +109,18 @@ impl Follower {
             while line.last() != Some(&b'\n') && line.len() < 256 {
                 match std::io::Read::read(&mut stream, &mut byte) {
                     Ok(1) => line.push(byte[0]),
-                    _ => bail!("{}: the holder does not answer", socket.display()),
+                    // Stopped, or ending: nothing would tell us its lease.
+                    _ => {
+                        return Err(Failure::new(
+                            gave_up,
+                            format!(
+                                "the holder of the enclosing hold does not answer (stopped?) \
+                                 on {}",
+                                socket.display()
+                            ),
+                        )
+                        .into());
+                    }
                 }
             }
             Ok(Told::from_line(&String::from_utf8_lossy(&line)))
