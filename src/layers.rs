@@ -18,7 +18,9 @@ mod tests {
         &["cli", "present"],
         &["lock", "command"],
         &["session"],
-        &["exit", "report", "values", "origin", "zk", "layers"],
+        &[
+            "exit", "report", "values", "origin", "zk", "layers", "scratch",
+        ],
     ];
 
     fn layer(top: &str) -> usize {

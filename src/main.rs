@@ -38,6 +38,8 @@ mod origin;
 mod present;
 mod report;
 mod run;
+#[cfg(test)]
+mod scratch;
 mod session;
 mod status;
 mod values;

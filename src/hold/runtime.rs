@@ -149,8 +149,7 @@ mod tests {
 
     #[test]
     fn a_taken_name_leads_to_a_private_directory_found_again() {
-        let temp = std::env::temp_dir().join(format!("zklock-runtime-{}", std::process::id()));
-        std::fs::create_dir_all(&temp).unwrap();
+        let temp = crate::scratch::TempDir::new("runtime");
         let uid = uid();
         let plain = temp.join(format!("zklock-{uid}"));
         // Taken: here a file, as another user's directory would be refused.
@@ -162,6 +161,5 @@ mod tests {
             .filter(|dir| check(dir, uid).is_ok())
             .collect();
         assert_eq!(searched, vec![first]);
-        std::fs::remove_dir_all(&temp).unwrap();
     }
 }

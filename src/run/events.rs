@@ -295,8 +295,7 @@ mod tests {
 
     #[test]
     fn sd_notify_hears_status_ready_and_stopping_once() {
-        let dir = std::env::temp_dir().join(format!("zklock-events-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch::TempDir::new("events");
         let path = dir.join("notify");
         let _ = std::fs::remove_file(&path);
         let systemd = UnixDatagram::bind(&path).unwrap();
@@ -322,7 +321,6 @@ mod tests {
                 Err(err) => panic!("{err}"),
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(heard.len(), 3, "{heard:?}");
         assert_eq!(heard[0], "STATUS=connecting to ZooKeeper for /a /b\n");
         assert!(

@@ -93,8 +93,7 @@ mod tests {
 
     #[test]
     fn password_files_lose_their_line_ending() {
-        let dir = std::env::temp_dir().join(format!("zklock-secret-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::scratch::TempDir::new("secret");
         let file = dir.join("pw");
         std::fs::write(&file, "s3cret\n").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -118,6 +117,5 @@ mod tests {
             err.contains(&file.display().to_string()) && err.contains("chmod 600"),
             "{err}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
