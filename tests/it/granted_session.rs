@@ -4,20 +4,10 @@
 //! rules"): the server may now expire the session that much sooner, so a
 //! frozen zklock's keeper must stop the command that much sooner too.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::faults_util::{LONG, Locker};
-use crate::harness::{LockLog, ServerOptions, ZkServer, signal, unique_path};
-
-/// Polls `cond` every 20 ms until it holds; how long that took.
-fn wait_for(what: &str, timeout: Duration, cond: impl Fn() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
-}
+use crate::harness::{LockLog, ServerOptions, ZkServer, signal, unique_path, wait_until};
 
 /// Whether the server has a client whose session it granted `ms`.
 fn granted(server: &ZkServer, ms: u32) -> bool {
@@ -46,7 +36,7 @@ fn a_shorter_session_granted_on_reconnection_shortens_the_lease() {
     server.stop();
     server.set_config("maxSessionTimeout", "4000");
     server.start_again();
-    wait_for("the holder's reconnection", LONG, || {
+    wait_until(LONG, "the holder's reconnection", || {
         holder.stderr().contains("connection to ZooKeeper restored")
     });
     assert!(granted(&server, 4000), "{}", server.four_letter("cons"));
@@ -64,7 +54,7 @@ fn a_shorter_session_granted_on_reconnection_shortens_the_lease() {
     // 4 s (the old 12 s lease would let the command run some 8 s).
     let term = holder.dir().join("term");
     signal(holder.pid() as i32, libc::SIGSTOP);
-    let stopped_after = wait_for("the keeper's TERM", LONG, || term.exists());
+    let stopped_after = wait_until(LONG, "the keeper's TERM", || term.exists());
     signal(holder.pid() as i32, libc::SIGCONT);
     assert!(
         stopped_after < Duration::from_secs(4),
