@@ -16,6 +16,7 @@ const HOSTS: usize = 200;
 /// Starts `HOSTS` runs of `script` with `--once-per 1h` together, and
 /// waits for all of them.
 fn fire(s: &Scene, script: &str) -> Vec<Outcome> {
+    let _turn = crate::harness::heavy();
     let threads: Vec<_> = (0..HOSTS)
         .map(|_| {
             let mut cmd = s.run();

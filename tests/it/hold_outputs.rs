@@ -180,13 +180,20 @@ fn kill_after_bounds_the_steps_that_ignore_term() {
     // The step says when TERM came, then beats until it is killed.
     let out = place.run(
         r#"eval "$("$ZKLOCK" hold --max-hold 2s --kill-after 1s -z "$ZK" "$P")"
-        sh -c 'trap "date +%s.%N > \"$OUT/term\"" TERM
-               while true; do date +%s.%N > "$OUT/beat"; sleep 0.05; done'"#,
+        sh -c 'trap "date +%s.%N >> \"$OUT/term\"" TERM
+               while true; do date +%s.%N >> "$OUT/beat"; sleep 0.05; done'"#,
     );
     // Stopped: its shell too is a step (KILLed with the rest, or ended
     // by the TERM).
     assert!(!out.status.success(), "{:?}", out.status);
-    let seconds = |name: &str| read(&place.file(name)).trim().parse::<f64>().unwrap();
+    // Appended, so that a KILL in the middle of a write leaves the lines
+    // before it whole: the last whole one.
+    let seconds = |name: &str| {
+        let text = read(&place.file(name));
+        let line = text.lines().rev().find(|line| line.len() > 10);
+        line.and_then(|line| line.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no time in {name}: {text:?}"))
+    };
     let (term, last) = (seconds("term"), seconds("beat"));
     // KILL one second after TERM, not the default five.
     assert!(

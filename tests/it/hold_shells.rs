@@ -100,23 +100,29 @@ fn in_parallel(
     cases: &[(&[&str], &str, &str)],
     check: impl Fn(&Place, &[&str], &str, &str) -> Option<String> + Sync,
 ) -> Vec<String> {
-    thread::scope(|scope| {
-        let handles: Vec<_> = (cases.iter())
-            .map(|&(sh, name, form)| {
-                let check = &check;
-                scope.spawn(move || {
-                    let place = Place::new("hold-form");
-                    let form = form.replace("$H", r#"-z "$ZK" "$P""#);
-                    let wrong = check(&place, sh, name, &form);
-                    place.assert_clean(place.zk());
-                    wrong.map(|wrong| format!("{} / {name}: {wrong}", sh.join(" ")))
+    let _turn = crate::harness::heavy();
+    let mut wrong = Vec::new();
+    // A dozen at a time: each case is a shell, zklock and a holder.
+    for batch in cases.chunks(12) {
+        wrong.extend(thread::scope(|scope| {
+            let handles: Vec<_> = (batch.iter())
+                .map(|&(sh, name, form)| {
+                    let check = &check;
+                    scope.spawn(move || {
+                        let place = Place::new("hold-form");
+                        let form = form.replace("$H", r#"-z "$ZK" "$P""#);
+                        let wrong = check(&place, sh, name, &form);
+                        place.assert_clean(place.zk());
+                        wrong.map(|wrong| format!("{} / {name}: {wrong}", sh.join(" ")))
+                    })
                 })
-            })
-            .collect();
-        (handles.into_iter())
-            .filter_map(|h| h.join().unwrap())
-            .collect()
-    })
+                .collect();
+            (handles.into_iter())
+                .filter_map(|h| h.join().unwrap())
+                .collect::<Vec<String>>()
+        }));
+    }
+    wrong
 }
 
 /// Whether the lock is held a second after `form` (a step that runs then
@@ -222,14 +228,20 @@ fn a_failed_hold_stops_the_script_in_every_shell() {
                     format!(r#"eval "$("$ZKLOCK" hold {args})" || exit"#),
                 ),
             ] {
+                // What the lock was just before, should the hold be taken.
+                let before = place.run(r#""$ZKLOCK" status -z "$ZK" "$P""#);
                 let step = format!("{script}\necho ran > \"$OUT/ran\"");
                 let out = run_in(&place, sh, &step);
                 let ran = place.file("ran").exists();
                 if out.code() != code || ran {
                     wrong.push(format!(
-                        "{} / {what} / {style}: exit {} (want {code}), step ran: {ran}",
+                        "{} / {what} / {style}: exit {} (want {code}), step ran: {ran}; \
+                         {}; the lock before: {} {}",
                         sh.join(" "),
-                        out.code()
+                        out.code(),
+                        out.stderr.trim(),
+                        before.code(),
+                        before.stdout.trim()
                     ));
                 }
                 let _ = std::fs::remove_file(place.file("ran"));

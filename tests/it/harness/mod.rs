@@ -61,6 +61,16 @@ pub use security::{
 };
 pub use server::{ServerOptions, ZkServer, shared_server};
 
+/// Tests that start hundreds of processes at once (a fleet, every calling
+/// form in every shell) take turns: two of them together on two cores
+/// starve the other tests' sessions past their lease deadlines.
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Polls `cond` until it holds; panics with `description` after `timeout`.
 ///
 /// Returns how long it took, which tests may log to spot slow paths.
