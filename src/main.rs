@@ -21,7 +21,8 @@
 //   origin, zk               (the one duration format); this host, user and
 //                            CI job; ZooKeeper's protocol and one session (no
 //                            locks): the package's library (src/lib.rs), used
-//                            as `zklock::zk` here and by tests/ and bench/
+//                            as `zklock::zk` here and by tests/ and bench/;
+//                            scratch, the unit tests' own directories
 // The test in src/layers.rs holds this order (written there once more) and
 // fails on an import that points up or on a circle between modules:
 // `cargo test --bin zklock layers` (ARCHITECTURE.md, "Code map").
