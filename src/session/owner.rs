@@ -143,7 +143,7 @@ impl Session {
                 .collect(),
             false => Vec::new(),
         };
-        let by_close = nodes.is_empty() && self.owned.first().is_some();
+        let by_close = !deletes && self.owned.first().is_some();
         let mut burst = Burst::default();
         let deleted = nodes.iter().map(|node| burst.delete(node, -1)).collect();
         let closed = Some(burst.close());

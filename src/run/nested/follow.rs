@@ -71,6 +71,15 @@ impl Follower {
     /// (`-E`'s code): the lock cannot be had under it.
     pub(crate) fn ask(socket: &Path, owner: i64, gave_up: Exit) -> Result<Option<Follower>> {
         let context = || format!("following the hold at {}", socket.display());
+        // The lock cannot be had under a hold whose holder cannot tell us
+        // its lease.
+        let cannot_follow = |why: &str| -> anyhow::Error {
+            let said = format!(
+                "the holder of the enclosing hold {why} on {}",
+                socket.display()
+            );
+            Failure::new(gave_up, said).into()
+        };
         let mut stream = match std::os::unix::net::UnixStream::connect(socket) {
             Ok(stream) => stream,
             // Our claim was confirmed: the node is there, its holder not
@@ -82,14 +91,7 @@ impl Follower {
                     std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
                 ) =>
             {
-                return Err(Failure::new(
-                    gave_up,
-                    format!(
-                        "the holder of the enclosing hold is gone (killed?): nothing listens on {}",
-                        socket.display()
-                    ),
-                )
-                .into());
+                return Err(cannot_follow("is gone (killed?): nothing listens"));
             }
             Err(err) => return Err(err).with_context(context),
         };
@@ -110,17 +112,7 @@ impl Follower {
                 match std::io::Read::read(&mut stream, &mut byte) {
                     Ok(1) => line.push(byte[0]),
                     // Stopped, or ending: nothing would tell us its lease.
-                    _ => {
-                        return Err(Failure::new(
-                            gave_up,
-                            format!(
-                                "the holder of the enclosing hold does not answer (stopped?) \
-                                 on {}",
-                                socket.display()
-                            ),
-                        )
-                        .into());
-                    }
+                    _ => return Err(cannot_follow("does not answer (stopped?)")),
                 }
             }
             Ok(Told::from_line(&String::from_utf8_lossy(&line)))
