@@ -104,6 +104,9 @@ fn a_failed_run_is_taken_over_by_one_host() {
 #[test]
 fn waiters_spread_over_the_members_and_keep_their_places_when_one_restarts() {
     const WAITERS: usize = 24;
+    // Not beside a fleet of 200: a member restart under that load can cost
+    // the holder its lease.
+    let _turn = crate::harness::heavy();
     let mut ensemble = Ensemble::start(3);
     let s = Scene::on(ensemble.connect_string(), "fleet-storm");
     let holder = Gated::start(s.run());
