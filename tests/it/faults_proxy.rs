@@ -444,8 +444,9 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     proxy.wait_watching(LONG);
     let before = proxy.requests().len();
     proxy.set_mode(Mode::Blackhole);
+    let cut_at = waiter.spawned.elapsed();
     assert!(
-        waiter.spawned.elapsed() < wait_limit,
+        cut_at < wait_limit,
         "the partition came after the waiter's --timeout"
     );
     // Until the --timeout has passed and the waiter's cleanup went into the
@@ -453,10 +454,20 @@ fn s09_timeout_during_blackhole_deletes_node_after_reconnect() {
     // its node, and the session (12s) outlives the partition. Healing at a fixed
     // time could come after that second on a loaded machine.
     const PING: i32 = 11;
-    wait_until(LONG, "the waiter's cleanup sent into the partition", || {
+    let deadline = Instant::now() + LONG;
+    while !proxy.requests()[before..].iter().any(|&op| op != PING) {
         holder.assert_running("while the lock should be kept");
-        proxy.requests()[before..].iter().any(|&op| op != PING)
-    });
+        let exited = waiter.try_exit();
+        assert!(
+            exited.is_none() && Instant::now() < deadline,
+            "no cleanup from the waiter (cut {cut_at:?} after its spawn, now {:?}; \
+             exited: {exited:?}; requests: {:?}, the cut after the first {before}); stderr:\n{}",
+            waiter.spawned.elapsed(),
+            proxy.requests(),
+            waiter.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(log.starts(), 1);
     proxy.set_mode(Mode::Pass);
     let healed = Instant::now();

@@ -79,12 +79,15 @@ impl Locker {
             .env("LOCKER_DIR", dir.path())
             .stdout(std::process::Stdio::null())
             .stderr(stderr);
+        // Before the spawn: zklock's own clock (its --timeout) starts at its
+        // exec, and a loaded machine may run it a while before spawn returns.
+        let spawned = Instant::now();
         let child = KillOnDrop(cmd.spawn().expect("spawn zklock"));
         Locker {
             name: name.to_string(),
             child,
             dir,
-            spawned: Instant::now(),
+            spawned,
             status: None,
         }
     }

@@ -9,6 +9,8 @@ const OP_CREATE: i32 = 1;
 const OP_CREATE2: i32 = 15;
 const OP_DELETE: i32 = 2;
 const OP_CLOSE: i32 = -11;
+const OP_EXISTS: i32 = 3;
+const OP_GET_DATA: i32 = 4;
 const FLAGS_EPHEMERAL_SEQUENTIAL: i32 = 3;
 // Far above ZooKeeper's default jute.maxbuffer (1 MiB): anything bigger means we lost
 // track of the framing.
@@ -111,6 +113,14 @@ impl Request {
     pub(crate) fn delete_xid(&self) -> Option<i32> {
         match *self {
             Request::Other { xid, op } if op == OP_DELETE => Some(xid),
+            _ => None,
+        }
+    }
+
+    /// The xid of a read that can set a watch on a node: exists or getData.
+    pub(crate) fn node_read_xid(&self) -> Option<i32> {
+        match *self {
+            Request::Other { xid, op } if op == OP_EXISTS || op == OP_GET_DATA => Some(xid),
             _ => None,
         }
     }

@@ -69,6 +69,8 @@ struct Shared {
     connections: AtomicUsize,
     /// The op code of every request clients sent after their handshake, in order.
     requests: Mutex<Vec<i32>>,
+    /// Answers to node reads (exists, getData) passed on to the clients.
+    node_reads_answered: AtomicUsize,
 }
 
 struct Conn {
@@ -79,6 +81,8 @@ struct Conn {
     poisoned: AtomicBool,
     /// Set before the create is forwarded: (create xid, mode after the cut, start).
     cut: Mutex<Option<(i32, Mode, Instant)>>,
+    /// The xids of node reads (exists, getData) sent, not yet answered.
+    node_reads: Mutex<Vec<i32>>,
 }
 
 impl FaultProxy {
@@ -95,6 +99,7 @@ impl FaultProxy {
             cuts: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
+            node_reads_answered: AtomicUsize::new(0),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -170,14 +175,17 @@ impl FaultProxy {
         self.shared.requests.lock().expect("requests lock").clone()
     }
 
-    /// Waits until a client behind the proxy has read a node (exists 3 or
-    /// getData 4): a waiter does so to watch the node ahead only once its
-    /// first burst, and the handshake before it, were answered. Its node on
-    /// the server says less: it exists as soon as the server read the burst,
-    /// while the handshake's answer may still be on its way.
+    /// Waits until a client behind the proxy has read a node (exists or
+    /// getData) and the proxy has passed the answer on: a waiter reads the
+    /// node ahead, to watch it, only once its first burst, and the
+    /// handshake before it, were answered. Its node on the server says
+    /// less: it exists as soon as the server read the burst, while the
+    /// handshake's answer may still be on its way. The read's own answer
+    /// counts too: a waiter cut off before it has not looked at the queue
+    /// yet, and waits past its `--timeout` until the connection is given up.
     pub fn wait_watching(&self, timeout: Duration) {
         super::wait_until(timeout, "a client behind the proxy watching a node", || {
-            self.requests().iter().any(|&op| op == 3 || op == 4)
+            self.shared.node_reads_answered.load(Ordering::SeqCst) > 0
         });
     }
 }
@@ -261,6 +269,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
             server,
             dead: AtomicBool::new(false),
             cut: Mutex::new(None),
+            node_reads: Mutex::new(Vec::new()),
         });
         for s in std::iter::once(&conn.client).chain(conn.server.as_ref()) {
             let _ = s.set_nodelay(true);
@@ -345,6 +354,11 @@ fn client_to_server(shared: &Shared, conn: &Conn) {
             .collect();
         (shared.requests.lock().expect("requests lock"))
             .extend(requests.iter().filter_map(|(_, request)| request.op()));
+        (conn.node_reads.lock().expect("node reads lock")).extend(
+            requests
+                .iter()
+                .filter_map(|(_, request)| request.node_read_xid()),
+        );
         let mode = shared.mode.read().expect("mode lock");
         if conn.cut.lock().expect("cut lock").is_some() {
             continue;
@@ -454,6 +468,15 @@ fn server_to_client(shared: &Shared, conn: &Conn) {
                     conn.close(true);
                     return;
                 }
+                let mut reads = conn.node_reads.lock().expect("node reads lock");
+                for reply in replies.iter().filter(|f| f.end <= forward) {
+                    let xid = reply_xid(&reply.body, reply.first);
+                    if let Some(at) = reads.iter().position(|&read| Some(read) == xid) {
+                        reads.remove(at);
+                        shared.node_reads_answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                drop(reads);
                 if let Some((_, then)) = cut {
                     drop(mode);
                     // FIN, not RST: an RST could make the client's kernel drop the
