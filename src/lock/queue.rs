@@ -31,6 +31,10 @@ pub enum QueueEvent<'a> {
     /// The node ahead of us (a full path) wrote its data: it holds the lock
     /// now, and its command runs (holder.rs).
     AheadHolds(&'a str),
+    /// The node ahead of us as the read that set our watch on it found it:
+    /// newer than a listener's own read if its holder wrote in between
+    /// (that write then fires no watch of ours).
+    AheadRead(&'a str, Seen),
     /// A semaphore's permits are all taken by this many leases.
     PoolFull(usize),
 }
@@ -162,6 +166,10 @@ pub async fn take_turn(
                 Err(err) => return Err(err).context("watching the node ahead of us"),
                 Ok(found) => {
                     let watcher = found.watch.expect("a watch asked for");
+                    let seen = Seen::from((found.data, found.stat));
+                    events
+                        .event(QueueEvent::AheadRead(&predecessor, seen))
+                        .await;
                     tokio::select! {
                         biased;
                         _ = &mut own_watch_now => continue 'queue,
