@@ -42,15 +42,12 @@ fn foreground_terminal() -> Option<BorrowedFd<'static>> {
 /// What [`Child::spawn`] needs ready before the lock is taken.
 pub struct Prepared {
     argv: Vec<OsString>,
-    /// The keeper's start, on a thread of its own: the spawn blocks its
-    /// caller until the keeper's exec, which then overlaps the connection
-    /// instead of coming before it. Dropped unjoined, the keeper it started
-    /// is dropped (killed) with the thread's result.
-    keeper: std::thread::JoinHandle<io::Result<Keeper>>,
+    /// Dropped, it is killed.
+    keeper: Keeper,
 }
 
 /// A running command and its process group, whose id is its keeper's pid
-/// (keeper.rs: the keeper kills the group if zklock dies).
+/// (keeper/: the keeper kills the group if zklock dies).
 pub struct Child {
     pid: Pid,
     pub(super) pgid: Pid,
@@ -74,10 +71,7 @@ impl Child {
         // `running_members`), and reaped by us.
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|err| spawn_error(program, err.into()))?;
-        let keeper = std::thread::Builder::new()
-            .name("keeper-start".into())
-            .spawn(Keeper::start)
-            .map_err(|err| spawn_error(program, err))?;
+        let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
         Ok(Prepared {
             argv: argv.to_vec(),
             keeper,
@@ -98,13 +92,9 @@ impl Child {
         deadline: Instant,
         kill_after: Duration,
     ) -> Result<Child> {
-        let Prepared { argv, keeper } = prepared;
+        let Prepared { argv, mut keeper } = prepared;
         let program = &argv[0];
-        let started = keeper
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the keeper's start panicked")));
         // On failure `keeper` is dropped, which kills it.
-        let mut keeper = started.map_err(|err| spawn_error(program, err))?;
         keeper
             .wait_ready()
             .map_err(|err| spawn_error(program, err))?;

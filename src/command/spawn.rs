@@ -3,7 +3,7 @@
 //! so that no copy of zklock's mappings is made and torn down again on the
 //! path to the command's start; zklock waits, as with vfork, until the child
 //! has exec'd or failed to. The one step between the clone and the exec
-//! (`in_child`): the process group (the keeper's, see keeper.rs), a clean
+//! (`in_child`): the process group (the keeper's, see keeper/), a clean
 //! signal state, the terminal's foreground and the parent-death signal.
 //! The exec is glibc's execvpe, as std's would be (a file the kernel cannot
 //! execute runs with `/bin/sh`); its failure comes back from [`launch`] as

@@ -257,3 +257,46 @@ fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
     );
     s.assert_nothing_left();
 }
+
+/// The keeper holds its orders on stdin, /dev/null on stdout and stderr, and
+/// nothing else: no socket of zklock's, and no descriptor zklock inherited
+/// (a caller reading zklock's stdout to its end waits for no keeper).
+#[test]
+fn the_keeper_holds_no_descriptor_but_its_orders() {
+    let s = Scene::new("keeper-fds");
+    let dir = TempDir::new();
+    let mut cmd = s.run();
+    cmd.args([
+        "--",
+        "sh",
+        "-c",
+        r#"echo $$ > "$1/command"; while [ ! -e "$1/go" ]; do sleep 0.02; done"#,
+        "sh",
+    ])
+    .arg(dir.path())
+    .stdout(Stdio::piped());
+    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    let command = read_pid_file(&dir.path().join("command"), LONG);
+    let _group = KillGroupOnDrop::of(command);
+    let (_, keeper) = parent_and_group(command).expect("command alive");
+    let mut fds: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{keeper}/fd"))
+        .expect("the keeper's descriptors")
+        .map(|entry| {
+            let entry = entry.expect("a descriptor");
+            let target = std::fs::read_link(entry.path()).unwrap_or_default();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, target.to_string_lossy().into_owned())
+        })
+        .collect();
+    fds.sort();
+    let names: Vec<&str> = fds.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["0", "1", "2"], "{fds:?}");
+    assert!(fds[0].1.starts_with("pipe:"), "{fds:?}");
+    let zklock_stdout = std::fs::read_link(format!("/proc/{}/fd/1", zklock.id())).unwrap();
+    assert_ne!(fds[0].1, zklock_stdout.to_string_lossy(), "{fds:?}");
+    assert_eq!((&*fds[1].1, &*fds[2].1), ("/dev/null", "/dev/null"));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let status = crate::harness::wait_for_exit(&mut zklock, LONG).expect("zklock still runs");
+    assert_eq!(status.code(), Some(0));
+    s.assert_nothing_left();
+}
