@@ -224,10 +224,9 @@ fn kill_9_of_zklock_and_its_keeper_still_kills_the_command_itself() {
     });
 }
 
-#[test]
-fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
-    let s = Scene::new("keeper");
-    let dir = TempDir::new();
+/// A run whose command waits for `go` in `dir`, zklock's stdout `stdout`:
+/// zklock, the command's pid and a guard that kills its group.
+fn run_until_go(s: &Scene, dir: &TempDir, stdout: Stdio) -> (KillOnDrop, i32, KillGroupOnDrop) {
     let mut cmd = s.run();
     cmd.args([
         "--",
@@ -237,10 +236,17 @@ fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
         "sh",
     ])
     .arg(dir.path())
-    .stdout(Stdio::null());
-    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    .stdout(stdout);
+    let zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
     let command = read_pid_file(&dir.path().join("command"), LONG);
-    let _group = KillGroupOnDrop::of(command);
+    (zklock, command, KillGroupOnDrop::of(command))
+}
+
+#[test]
+fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
+    let s = Scene::new("keeper");
+    let dir = TempDir::new();
+    let (mut zklock, command, _group) = run_until_go(&s, &dir, Stdio::null());
     let (_, group) = parent_and_group(command).expect("command alive");
     assert_ne!(group, command, "the command must join the keeper's group");
     // The keeper, whose pid is the group's id: zklock's child, in its own group (the
@@ -265,19 +271,7 @@ fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
 fn the_keeper_holds_no_descriptor_but_its_orders() {
     let s = Scene::new("keeper-fds");
     let dir = TempDir::new();
-    let mut cmd = s.run();
-    cmd.args([
-        "--",
-        "sh",
-        "-c",
-        r#"echo $$ > "$1/command"; while [ ! -e "$1/go" ]; do sleep 0.02; done"#,
-        "sh",
-    ])
-    .arg(dir.path())
-    .stdout(Stdio::piped());
-    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
-    let command = read_pid_file(&dir.path().join("command"), LONG);
-    let _group = KillGroupOnDrop::of(command);
+    let (mut zklock, command, _group) = run_until_go(&s, &dir, Stdio::piped());
     let (_, keeper) = parent_and_group(command).expect("command alive");
     let mut fds: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{keeper}/fd"))
         .expect("the keeper's descriptors")
