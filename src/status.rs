@@ -9,7 +9,7 @@ use crate::cli::StatusArgs;
 use crate::exit::Exit;
 use crate::lock::directory::PathKind;
 use crate::lock::recipe::{self, SEMAPHORE_GATE, SEMAPHORE_LEASES};
-use crate::lock::{inspect, nodes, record};
+use crate::lock::{inspect, parents, record};
 use crate::present::json::{self, StatusJson};
 use crate::present::{self, LockStatus};
 use crate::report::print_stdout;
@@ -19,7 +19,7 @@ pub fn status(args: StatusArgs) -> Result<Exit> {
     session::block_on(async {
         let settings = args.connection.settings()?;
         // As `run` does, only when our ACL keeps others from deleting.
-        let guarded = !nodes::anyone_may_delete(&settings.acl.to_zk());
+        let guarded = !parents::anyone_may_delete(&settings.acl.to_zk());
         let session = Session::connect(&settings).await?;
         let reading = async |session: &Session| {
             let mut locks = Vec::new();
@@ -89,7 +89,7 @@ async fn open_dirs(
         String,
         Result<(Vec<zk::records::Acl>, zk::records::Stat), zk::records::Error>,
     )| {
-        let problem = nodes::open_dir_problem(&dir, &answer.ok()?.0)?;
+        let problem = parents::open_dir_problem(&dir, &answer.ok()?.0)?;
         Some((dir, problem))
     };
     dirs.into_iter().zip(answers).filter_map(open).collect()

@@ -7,6 +7,7 @@ pub mod inspect;
 pub mod lease;
 pub mod newest;
 pub mod nodes;
+pub mod parents;
 pub mod queue;
 pub mod queue_policy;
 pub mod recipe;

@@ -14,8 +14,10 @@ use zklock::zk::watches::Watch;
 
 use crate::exit::Failure;
 use crate::lock::holder::Seen;
-pub use crate::lock::nodes::{Creating, MissingChroot, Node, NodeSpec};
-use crate::lock::nodes::{create_node, denied};
+use crate::lock::nodes::create_node;
+pub use crate::lock::nodes::{Creating, Node, NodeSpec};
+pub use crate::lock::parents::MissingChroot;
+use crate::lock::parents::denied;
 use crate::lock::queue_policy::{MaxWaiting, QueuePolicy, Step};
 use crate::lock::recipe::{self, LockKind, Standing};
 use crate::lock::supersede::{Ours, Supersede};

@@ -5,9 +5,8 @@ use anyhow::{Context, Result, bail};
 use zklock::zk;
 
 use crate::exit::Failure;
-use crate::lock::nodes::{
-    MissingChroot, NodeSpec, create_ancestors, create_dir, create_node, denied, parent,
-};
+use crate::lock::nodes::{NodeSpec, create_node};
+use crate::lock::parents::{MissingChroot, create_ancestors, create_dir, denied, parent};
 use crate::lock::queue::{Acquired, QueueEvent, QueueEvents, Request, enqueue, take_turn};
 use crate::lock::recipe::{self, LEASE, LOCK, SEMAPHORE_GATE, SEMAPHORE_LEASES, Standing};
 use crate::session::retrying;
