@@ -5,6 +5,7 @@
 
 mod bound;
 mod caller;
+mod client;
 mod control;
 mod format;
 mod guard;
@@ -74,7 +75,7 @@ pub fn hold(args: HoldArgs) -> Result<Exit> {
             // Nobody will know of the hold: let it go.
             let socket = vars.iter().find(|(name, _)| name == "ZKLOCK_HOLD");
             if let Some((_, socket)) = socket {
-                let _ = control::release(&PathBuf::from(socket), control::RELEASE_DEADLINE);
+                let _ = client::release(&PathBuf::from(socket), client::RELEASE_DEADLINE);
             }
             return Err(err).context("writing the variables on stdout");
         }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::control::{self, Found, Released, Unanswered};
+use super::client::{self, Found, Unanswered};
+use super::control::Released;
 use super::owner::Owner;
 use crate::cli::ReleaseArgs;
 use crate::exit::{Exit, Failure};
@@ -29,11 +30,11 @@ pub fn release(args: ReleaseArgs) -> Result<Exit> {
             one_hold(
                 path.as_str(),
                 &owner,
-                control::holds_of(path.as_str(), &owner)?,
+                client::holds_of(path.as_str(), &owner)?,
             )?
         }
     };
-    match control::release(&socket, deadline()) {
+    match client::release(&socket, deadline()) {
         Ok(Released::Confirmed) => Ok(Exit::Command(0)),
         Ok(Released::Unconfirmed(why)) => {
             report::say(format_args!("{why}"));
@@ -89,7 +90,7 @@ fn one_hold(path: &str, owner: &Owner, found: Found) -> Result<PathBuf> {
     }
     // None found: a holder that did not answer may be the one.
     if let Some(socket) = unanswered.first() {
-        return Err(no_answer(socket, control::PATHS_DEADLINE));
+        return Err(no_answer(socket, client::PATHS_DEADLINE));
     }
     let others = match others {
         0 => String::new(),
@@ -114,12 +115,12 @@ fn no_answer(socket: &std::path::Path, after: Duration) -> anyhow::Error {
     .into()
 }
 
-/// [`control::RELEASE_DEADLINE`]; ZKLOCK_RELEASE_DEADLINE, undocumented, is
+/// [`client::RELEASE_DEADLINE`]; ZKLOCK_RELEASE_DEADLINE, undocumented, is
 /// for the integration tests.
 fn deadline() -> Duration {
     std::env::var("ZKLOCK_RELEASE_DEADLINE")
         .ok()
         .and_then(|text| humantime::parse_duration(&text).ok())
         .filter(|deadline| !deadline.is_zero())
-        .unwrap_or(control::RELEASE_DEADLINE)
+        .unwrap_or(client::RELEASE_DEADLINE)
 }
