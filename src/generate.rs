@@ -47,6 +47,8 @@ pub fn completion_script(shell: Shell) -> Vec<u8> {
 /// with a hint of their own (the command after `--`) are left as they are.
 fn completion_model() -> clap::Command {
     let mut root = Cli::command();
+    // The subcommands' arguments exist once built (`defer`, src/cli).
+    root.build();
     let names: Vec<String> = (root.get_subcommands())
         .map(|sub| sub.get_name().to_owned())
         .collect();

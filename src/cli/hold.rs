@@ -4,6 +4,7 @@
 use clap::{Args, ValueEnum};
 
 use super::run::LockArgs;
+use crate::exit::{self, help};
 use crate::values::{LockPath, Seconds};
 
 pub const HOLD_HELP: &str = "\
@@ -24,7 +25,10 @@ A zklock run or hold inside the hold on the same paths runs at once under it;
 such a run in another shell (a CI step) follows the hold's lease.";
 
 #[derive(Debug, Args)]
-#[command(override_usage = "eval \"$(zklock hold [OPTIONS] PATH...)\"")]
+#[command(
+    override_usage = "eval \"$(zklock hold [OPTIONS] PATH...)\"",
+    after_help = format!("{HOLD_HELP}\n\n{}", help(exit::HOLD))
+)]
 pub struct HoldArgs {
     #[command(flatten)]
     pub lock: LockArgs,
@@ -86,6 +90,7 @@ impl HoldArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = help(exit::RELEASE))]
 pub struct ReleaseArgs {
     /// The lock path of the hold to release: one of this CI job, or outside
     /// CI of this session, on this host. Default: the hold named by

@@ -28,7 +28,12 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Deferred: a subcommand's arguments are built only when it is the one
+// given (help, man pages and completions build them all), not at every
+// start (bench/RESULTS.md). So each subcommand's `after_help`, an exit
+// table formatted at run time, is on its Args struct: built with it.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Take the lock at PATH, run the command, release the lock.
     ///
@@ -36,7 +41,7 @@ pub enum Command {
     ///   zklock run /locks/nightly-backup -- ./backup.sh --full
     ///   zklock run -w 5m /locks/deploy -c 'make deploy'
     ///   zklock run --once-per 20h -q /locks/nightly-backup -- ./backup.sh
-    #[command(after_help = format!("{ENVIRONMENT_HELP}\n\n{}", help(exit::RUN)), verbatim_doc_comment)]
+    #[command(verbatim_doc_comment)]
     Run(RunArgs),
 
     /// Take the lock at PATH and keep it for the calling shell's next steps.
@@ -51,7 +56,7 @@ pub enum Command {
     ///   eval "$(zklock hold /locks/deploy)" || exit; ./migrate.sh; zklock release
     ///   zklock hold --until-released --max-hold 1h --format github-env \
     ///       /locks/deploy >> "$GITHUB_ENV"
-    #[command(after_help = format!("{HOLD_HELP}\n\n{}", help(exit::HOLD)), verbatim_doc_comment)]
+    #[command(verbatim_doc_comment)]
     Hold(HoldArgs),
 
     /// Release a lock taken by `zklock hold`, and wait for ZooKeeper's answer.
@@ -64,7 +69,7 @@ pub enum Command {
     /// Examples:
     ///   zklock release
     ///   zklock release /locks/deploy
-    #[command(after_help = help(exit::RELEASE), verbatim_doc_comment)]
+    #[command(verbatim_doc_comment)]
     Release(ReleaseArgs),
 
     /// Show who holds each lock and who waits, in queue order.
@@ -78,7 +83,7 @@ pub enum Command {
     /// Examples:
     ///   zklock status /locks/nightly-backup
     ///   zklock status --json /locks/deploy /locks/db
-    #[command(after_help = help(exit::STATUS), verbatim_doc_comment)]
+    #[command(verbatim_doc_comment)]
     Status(StatusArgs),
 
     /// List every lock under PREFIX (default /), recursively.
@@ -89,7 +94,7 @@ pub enum Command {
     /// Examples:
     ///   zklock list /locks
     ///   zklock list --json
-    #[command(after_help = help(exit::LIST), verbatim_doc_comment)]
+    #[command(verbatim_doc_comment)]
     List(ListArgs),
 
     /// Delete the node of a lock's current holder (or the node named).
@@ -104,7 +109,7 @@ pub enum Command {
     ///   zklock break /locks/nightly-backup
     ///   zklock break --yes --node _c_0b9d...-lock-0000000042 /locks/deploy
     ///   zklock break --record /locks/nightly-backup
-    #[command(after_help = help(exit::BREAK), verbatim_doc_comment)]
+    #[command(verbatim_doc_comment)]
     Break(BreakArgs),
 
     /// Print the completion script for SHELL on stdout.
@@ -145,6 +150,7 @@ pub const SUBCOMMANDS: [&str; 8] = [
 ];
 
 #[derive(Debug, Args)]
+#[command(after_help = help(exit::STATUS))]
 pub struct StatusArgs {
     /// Lock paths to show.
     #[arg(value_name = "PATH", required = true)]
@@ -159,6 +165,7 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = help(exit::LIST))]
 pub struct ListArgs {
     /// Where to start looking (itself included).
     #[arg(value_name = "PREFIX", default_value = "/")]
@@ -173,6 +180,7 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = help(exit::BREAK))]
 pub struct BreakArgs {
     /// The lock path whose holder's node to delete.
     #[arg(value_name = "PATH")]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueHint};
 
-use crate::exit::CONFLICT_DEFAULT;
+use crate::exit::{self, CONFLICT_DEFAULT, help};
 use crate::lock::lease::OnDisconnect;
 use crate::lock::recipe::LockKind;
 use crate::report::Verbosity;
@@ -27,7 +27,8 @@ refused (64).";
 
 #[derive(Debug, Args)]
 #[command(
-    override_usage = "zklock run [OPTIONS] PATH -- CMD [ARGS]...\n       zklock run [OPTIONS] PATH -c STRING"
+    override_usage = "zklock run [OPTIONS] PATH -- CMD [ARGS]...\n       zklock run [OPTIONS] PATH -c STRING",
+    after_help = format!("{ENVIRONMENT_HELP}\n\n{}", help(exit::RUN))
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -61,8 +62,9 @@ pub struct RunArgs {
     pub max_runtime: Option<Seconds>,
 }
 
-/// The options of `zklock run` that take a lock, shared with `zklock hold`
-/// (docs/design.md, "Holds").
+// The options of `zklock run` that take a lock, shared with `zklock hold`
+// (docs/design.md, "Holds"). Not a doc comment: clap would make it the
+// about text of the subcommands that flatten it.
 #[derive(Debug, Args)]
 pub struct LockArgs {
     /// Lock path in ZooKeeper, e.g. /locks/nightly-backup (created as
