@@ -51,12 +51,15 @@ use clap::error::ErrorKind as ClapErrorKind;
 use clap::{CommandFactory, Parser};
 
 use crate::cli::{Command, Format};
+use crate::command::keeper::Keeper;
 use crate::exit::Exit;
 
 fn main() -> ExitCode {
     if command::keeper::is_hidden_mode() {
         command::keeper::run_hidden_mode();
     }
+    // Before anything else: a fork costs least while zklock is small.
+    let keeper = Keeper::early();
     let (outcome, for_eval) = if hold::holder::is_hidden_mode() {
         (hold::holder::main(), false)
     } else {
@@ -71,7 +74,7 @@ fn main() -> ExitCode {
             }
         };
         let for_eval = matches!(&cli.command, Command::Hold(args) if args.format == Format::Sh);
-        (dispatch(cli.command), for_eval)
+        (dispatch(cli.command, keeper), for_eval)
     };
     let exit = match outcome {
         Ok(exit) => exit,
@@ -86,9 +89,10 @@ fn main() -> ExitCode {
     exit.into()
 }
 
-fn dispatch(command: Command) -> anyhow::Result<Exit> {
+/// Runs `command`; `keeper` is `run`'s, if started early (Keeper::early).
+fn dispatch(command: Command, keeper: Option<Keeper>) -> anyhow::Result<Exit> {
     match command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(args, keeper),
         Command::Hold(args) => hold::hold(args),
         Command::Release(args) => hold::release(args),
         Command::Status(args) => status::status(args),

@@ -63,15 +63,19 @@ pub struct Child {
 
 impl Child {
     /// Starts the keeper of the process group `argv` will run in, before
-    /// waiting for the lock: off the path from release to the next start.
-    pub fn prepare(argv: &[OsString]) -> Result<Prepared> {
+    /// waiting for the lock: off the path from release to the next start;
+    /// or takes `keeper`, started as zklock started (`Keeper::early`).
+    pub fn prepare(argv: &[OsString], keeper: Option<Keeper>) -> Result<Prepared> {
         let program = program(argv)?;
         // Orphans of the command become our children, not init's: so that
         // the group's members are all found among our descendants (see
         // `running_members`), and reaped by us.
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|err| spawn_error(program, err.into()))?;
-        let keeper = Keeper::start().map_err(|err| spawn_error(program, err))?;
+        let keeper = match keeper {
+            Some(keeper) => keeper,
+            None => Keeper::start().map_err(|err| spawn_error(program, err))?,
+        };
         Ok(Prepared {
             argv: argv.to_vec(),
             keeper,

@@ -27,15 +27,18 @@ use self::hold::{HeldLock, command_environment, run_command};
 use self::plan::Plan;
 use crate::cli::RunArgs;
 use crate::command::child::{self, Child};
+use crate::command::keeper::Keeper;
 use crate::command::signals::Signals;
 use crate::exit::{Exit, Step};
 use crate::lock::queue::Node;
 use crate::session::Session;
 
-pub fn run(args: RunArgs) -> Result<Exit> {
+/// `zklock run`; `keeper`, the command's keeper if started as zklock
+/// started (`Keeper::early`).
+pub fn run(args: RunArgs, keeper: Option<Keeper>) -> Result<Exit> {
     let plan = Plan::new(&args)?;
     let outputs = Outputs::new(&plan)?;
-    drive(outputs, |outputs| lifecycle(plan, outputs))
+    drive(outputs, |outputs| lifecycle(plan, outputs, keeper))
 }
 
 /// Runs `lifecycle` on a current-thread runtime with the run's `outputs`,
@@ -62,13 +65,14 @@ where
     result
 }
 
-async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
+async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>, keeper: Option<Keeper>) -> Result<Exit> {
     let out = &*outputs;
     let mut signals = Signals::install()?;
     // A typo in the command must not wait for the lock first; checked once
     // the metrics file is, so that it says so too.
     child::check_runnable(&plan.argv)?;
-    if let Step::End(exit) = nested::reenter(&plan, out, &mut signals).await? {
+    let mut keeper = keeper;
+    if let Step::End(exit) = nested::reenter(&plan, out, &mut signals, &mut keeper).await? {
         return Ok(exit);
     }
     // Dropped on every way out without the command (which kills its keeper).
@@ -76,7 +80,7 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
     // the command: their keeper starts only once the lock is taken (the one
     // host that runs pays its start then; the others never do).
     let prepared = match plan.once_per {
-        None => Some(Child::prepare(&plan.argv)?),
+        None => Some(Child::prepare(&plan.argv, keeper)?),
         Some(_) => None,
     };
     let started = Instant::now();
@@ -105,7 +109,7 @@ async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>) -> Result<Exit> {
         };
         let prepared = match prepared {
             Some(prepared) => prepared,
-            None => Child::prepare(&plan.argv)?,
+            None => Child::prepare(&plan.argv, None)?,
         };
         let exit = run_command(&plan, out, signals, session, lock, &env, prepared, None).await?;
         anyhow::Ok(Step::Go(exit))

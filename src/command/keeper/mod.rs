@@ -78,6 +78,25 @@ impl Keeper {
         })
     }
 
+    /// A run's keeper, forked as zklock starts, when its first argument is
+    /// `run` and `--once-per` is not among the others (a --once-per run
+    /// starts its keeper only once the lock is taken). zklock is smallest
+    /// then: the fork has the least to copy, and zklock's later writes land
+    /// on pages of its own, not on pages it shares with the keeper. A hint
+    /// from the raw arguments, not a parse: the run takes this keeper if
+    /// there is one (`Child::prepare`) and starts its own if not; unused
+    /// (a usage error, `--help`), it is killed when dropped.
+    pub fn early() -> Option<Keeper> {
+        let mut args = std::env::args_os().skip(1);
+        if args.next().is_none_or(|first| first != "run") {
+            return None;
+        }
+        if args.any(|arg| arg.as_encoded_bytes().starts_with(b"--once-per")) {
+            return None;
+        }
+        Keeper::start().ok()
+    }
+
     /// Starts the keeper of a hold's `steps` (docs/design.md, "Holds"), in
     /// a group of its own: it kills the steps when the holder dies while
     /// they hold, and stops them at the lease deadline when the holder

@@ -17,6 +17,7 @@ use super::hold::{HeldLock, command_environment, run_command};
 use super::plan::Plan;
 use super::{Event, Outputs};
 use crate::command::child::Child;
+use crate::command::keeper::Keeper;
 use crate::command::signals::Signals;
 use crate::exit::{Failure, Step};
 use crate::lock::queue::Node;
@@ -26,7 +27,12 @@ use crate::session::{Closed, Session, retrying};
 /// Runs the command under the enclosing run's locks if it holds them all
 /// (and ends with its exit), refuses if that cannot work, or goes on to the
 /// usual path. Connects only when the environment claims a requested path.
-pub async fn reenter(plan: &Plan<'_>, out: &Outputs, signals: &mut Signals) -> Result<Step<()>> {
+pub async fn reenter(
+    plan: &Plan<'_>,
+    out: &Outputs,
+    signals: &mut Signals,
+    keeper: &mut Option<Keeper>,
+) -> Result<Step<()>> {
     let command = async |session: &Session, signals: &mut Signals, taken: Taken| {
         let Taken {
             held,
@@ -45,7 +51,7 @@ pub async fn reenter(plan: &Plan<'_>, out: &Outputs, signals: &mut Signals) -> R
             ours: false,
             record: None,
         };
-        let prepared = Child::prepare(&plan.argv)?;
+        let prepared = Child::prepare(&plan.argv, keeper.take())?;
         // Under a hold, whose lease may end before our session sees its
         // nodes go (its holder frozen, killed, cut off): followed too.
         let hold = std::env::var_os("ZKLOCK_HOLD").filter(|socket| !socket.is_empty());
