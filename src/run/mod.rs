@@ -65,13 +65,16 @@ where
     result
 }
 
-async fn lifecycle(plan: Plan<'_>, outputs: Rc<Outputs>, keeper: Option<Keeper>) -> Result<Exit> {
+async fn lifecycle(
+    plan: Plan<'_>,
+    outputs: Rc<Outputs>,
+    mut keeper: Option<Keeper>,
+) -> Result<Exit> {
     let out = &*outputs;
     let mut signals = Signals::install()?;
     // A typo in the command must not wait for the lock first; checked once
     // the metrics file is, so that it says so too.
     child::check_runnable(&plan.argv)?;
-    let mut keeper = keeper;
     if let Step::End(exit) = nested::reenter(&plan, out, &mut signals, &mut keeper).await? {
         return Ok(exit);
     }

@@ -27,6 +27,7 @@ use crate::session::{Closed, Session, retrying};
 /// Runs the command under the enclosing run's locks if it holds them all
 /// (and ends with its exit), refuses if that cannot work, or goes on to the
 /// usual path. Connects only when the environment claims a requested path.
+/// A command run here takes `keeper`, if the run started one early.
 pub async fn reenter(
     plan: &Plan<'_>,
     out: &Outputs,
