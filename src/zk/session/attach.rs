@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Driver, InFlight, Written};
+use super::Driver;
+use super::flight::{InFlight, Written};
 use crate::zk::conn::{self, Conn, Refused};
 use crate::zk::link::{ConnectError, SaslFactory, State};
 use crate::zk::ops::Request;

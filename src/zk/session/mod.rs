@@ -23,8 +23,10 @@ use crate::zk::watches::{Watch, WatchKind, Watches};
 
 mod alarm;
 mod attach;
+mod flight;
 
 use self::alarm::Alarm;
+use self::flight::{InFlight, Written, oldest};
 
 /// What a request's sender gets back.
 #[derive(Debug)]
@@ -48,14 +50,6 @@ impl Queued {
             watch: None,
         });
     }
-}
-
-/// A request written on the current connection, its answer to come.
-struct InFlight {
-    xid: i32,
-    queued: Queued,
-    /// When it was written (about: just before the write).
-    sent: Instant,
 }
 
 /// Why serving a connection stopped.
@@ -360,47 +354,5 @@ impl Driver {
             queued.fail(why);
         }
         self.watches.end(why);
-    }
-}
-
-/// The oldest request in flight that is an auth, or that is not.
-fn oldest(in_flight: &mut VecDeque<InFlight>, auth: bool) -> Option<InFlight> {
-    let at = (in_flight.iter()).position(|flight| (flight.xid == xid::AUTH) == auth)?;
-    in_flight.remove(at)
-}
-
-/// What writing requests on a connection takes from the driver.
-struct Written<'a> {
-    xid: &'a mut i32,
-    chroot: &'a str,
-    credentials: &'a mut Vec<(String, Vec<u8>)>,
-}
-
-impl Written<'_> {
-    /// Appends `batch` to `out`, each request with the next xid (an auth
-    /// with its own, its credentials kept for every later connection), and
-    /// notes them as in flight, to be answered in that order.
-    fn queue(self, batch: Vec<Queued>, out: &mut Vec<u8>, in_flight: &mut VecDeque<InFlight>) {
-        for queued in batch {
-            let this = match &queued.request {
-                Request::Auth { scheme, auth } => {
-                    let credential = (scheme.clone(), auth.clone());
-                    if !self.credentials.contains(&credential) {
-                        self.credentials.push(credential);
-                    }
-                    xid::AUTH
-                }
-                _ => {
-                    *self.xid += 1;
-                    *self.xid
-                }
-            };
-            queued.request.write_packet(this, self.chroot, out);
-            in_flight.push_back(InFlight {
-                xid: this,
-                queued,
-                sent: Instant::now(),
-            });
-        }
     }
 }
