@@ -66,4 +66,5 @@ mod systemd;
 mod terminal;
 mod usage;
 mod visible_wait;
+mod waiter_lease;
 mod zklock_killed;

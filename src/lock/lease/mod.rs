@@ -101,6 +101,16 @@ pub async fn lost(
     ));
     let mut confirming: Option<Confirming> = None;
     let mut confirm_at = Instant::now() + policy.confirm_every();
+    // The first deadline counts from the answers that found the lock ours.
+    // A lock the node ahead's deletion alone made ours has none of that
+    // moment: its first confirmation, sent at once (after the acquisition
+    // write, which it would hold up), counts as one once answered.
+    let mut found_ours = policy.confirms_at_once(proof.proven(), Instant::now());
+    let mut held_back = None;
+    if found_ours {
+        confirm_at = Instant::now();
+        held_back = Some(unwatched_from.clone());
+    }
     loop {
         let now = *link.borrow_and_update();
         policy = first.granted(now.session_timeout);
@@ -129,7 +139,7 @@ pub async fn lost(
             }
         }
         if now.state == State::Connected {
-            proof.resumed(now.resumed);
+            proof.proven_at(now.resumed);
             confirm_at = confirm_at.min(Instant::now() + policy.confirm_every());
         }
         renew(&proof, &policy);
@@ -144,7 +154,13 @@ pub async fn lost(
                     return verdict(&policy, outage.is_some(), Event::Link(State::Closed)).lost();
                 }
             }
-            () = sleep_until(confirm_at), if confirming.is_none() && outage.is_none() => {
+            () = async {
+                // An error means the sender is gone: go.
+                let _ = held_back.as_mut().expect("guarded").wait_for(|go| *go).await;
+            }, if held_back.is_some() => held_back = None,
+            () = sleep_until(confirm_at),
+                if confirming.is_none() && outage.is_none() && held_back.is_none() =>
+            {
                 proof.mark(Instant::now(), client.heard());
                 confirming = Some(Confirming::send(client, nodes, losses));
             }
@@ -157,6 +173,9 @@ pub async fn lost(
                     Verdict::Lost(reason) => return reason,
                     Verdict::Proven => {
                         proof.confirmed(sent, policy.proof_lag());
+                        if std::mem::take(&mut found_ours) {
+                            proof.proven_at(sent);
+                        }
                         confirm_at = sent + policy.confirm_every();
                     }
                     _ => confirm_at = Instant::now(),

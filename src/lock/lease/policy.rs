@@ -70,6 +70,17 @@ impl LeasePolicy {
             .max(Duration::from_millis(20))
     }
 
+    /// Whether a lease that starts at `now` counting from `proven` must
+    /// confirm at once rather than an interval later: its regular
+    /// confirmations keep up with the deadline only from a proven time
+    /// less than about an interval old, which a lock found ours by a
+    /// listing (or a create) has and one made ours by the node ahead's
+    /// deletion alone may not (its last answer may be a ping T/3 old).
+    /// Half an interval leaves the other half for the round trips.
+    pub fn confirms_at_once(&self, proven: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(proven) > self.confirm_every() / 2
+    }
+
     /// This policy in a session the ensemble granted `granted` on a
     /// (re)connection: a shorter timeout shortens the lease from then on
     /// (`--kill-after` stays); never longer than the first one's.
@@ -256,6 +267,20 @@ mod tests {
         let long = policy(12, 1, OnDisconnect::Lease);
         assert_eq!(long.proof_lag(), Duration::from_millis(3100));
         assert_eq!(long.confirm_every(), Duration::from_millis(1550));
+    }
+
+    #[test]
+    fn a_lease_counting_from_an_old_answer_confirms_at_once() {
+        let p = policy(4, 1, OnDisconnect::Lease);
+        let now = Instant::now();
+        // Found ours by a listing answered just now: on schedule.
+        assert!(!p.confirms_at_once(now - Duration::from_millis(5), now));
+        // By a deletion alone, the last answer a ping 1.2 s before.
+        assert!(p.confirms_at_once(now - Duration::from_millis(1200), now));
+        // The line between: half an interval.
+        let half = p.confirm_every() / 2;
+        assert!(!p.confirms_at_once(now - half, now));
+        assert!(p.confirms_at_once(now - half - Duration::from_millis(1), now));
     }
 
     #[test]

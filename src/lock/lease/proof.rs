@@ -73,8 +73,11 @@ impl Proof {
         moved
     }
 
-    /// A handshake sent at `at` resumed the session: proven at once.
-    pub fn resumed(&mut self, at: Instant) {
+    /// Counts from `at` from now on (never backwards): a handshake sent
+    /// then resumed the session, or the first confirmation, sent as the
+    /// lease began, was answered (the answers that found the lock ours,
+    /// docs/design.md, "Session and lease rules").
+    pub fn proven_at(&mut self, at: Instant) {
         self.proven = self.proven.max(at);
         self.marks.retain(|&(_, heard)| heard > at);
     }
@@ -122,13 +125,13 @@ mod tests {
         let mut proof = Proof::new(t0);
         proof.mark(t0 + ms(100), t0 + ms(90));
         proof.mark(t0 + ms(700), t0 + ms(690));
-        proof.resumed(t0 + ms(500));
+        proof.proven_at(t0 + ms(500));
         assert_eq!(proof.proven(), t0 + ms(500));
         // Older marks are gone; a later one still waits for its proof.
         assert!(proof.confirmed(t0 + ms(1300), ms(500)));
         assert_eq!(proof.proven(), t0 + ms(690));
         // Never backwards.
-        proof.resumed(t0 + ms(10));
+        proof.proven_at(t0 + ms(10));
         assert_eq!(proof.proven(), t0 + ms(690));
     }
 }
