@@ -168,12 +168,14 @@ pub async fn lost(
                 if confirming.is_some() =>
             {
                 let sent = confirming.take().expect("guarded").sent;
+                // Only the one sent as the lease began, if answered.
+                let first = std::mem::take(&mut found_ours);
                 let event = Event::Confirmed { node: &node, result };
                 match verdict(&policy, outage.is_some(), event) {
                     Verdict::Lost(reason) => return reason,
                     Verdict::Proven => {
                         proof.confirmed(sent, policy.proof_lag());
-                        if std::mem::take(&mut found_ours) {
+                        if first {
                             proof.proven_at(sent);
                         }
                         confirm_at = sent + policy.confirm_every();
