@@ -13,6 +13,7 @@ use anyhow::Result;
 use rustix::process::{Pid, Signal, WaitOptions};
 use rustix::termios::{isatty, tcgetpgrp, tcsetpgrp};
 use tokio::time::Instant;
+use zklock::zk::clock::Moment;
 
 use crate::command::keeper::Keeper;
 use crate::command::process::Stat;
@@ -93,7 +94,7 @@ impl Child {
         prepared: Prepared,
         env: &[(&str, String)],
         signals: &Signals,
-        deadline: Instant,
+        deadline: Moment,
         kill_after: Duration,
     ) -> Result<Child> {
         let Prepared { argv, mut keeper } = prepared;
@@ -102,7 +103,7 @@ impl Child {
         keeper
             .wait_ready()
             .map_err(|err| spawn_error(program, err))?;
-        keeper.stop_at(deadline.into_std(), kill_after);
+        keeper.stop_at(deadline, kill_after);
         let terminal = foreground_terminal();
         let pgid = keeper.pid();
         let ignored_at_start = signals.ignored_at_start();

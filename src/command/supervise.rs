@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
+use zklock::zk::clock::{self, Moment};
 
 use crate::command::child::{Child, running_members};
 use crate::command::keeper::Keeper;
@@ -33,22 +34,22 @@ pub async fn supervise(
     mut child: Child,
     signals: &mut Signals,
     mut lost: Pin<&mut dyn Future<Output = String>>,
-    mut deadline: watch::Receiver<Instant>,
+    mut deadline: watch::Receiver<Moment>,
     limits: Limits,
     report: &Report,
     lock_lost_because: &dyn Fn(std::fmt::Arguments<'_>),
 ) -> (Exit, Keeper) {
     let mut time_up = limits.max_runtime.map(|limit| Instant::now() + limit);
     let mut timed_out = false;
-    let mut kill_at: Option<Instant> = None;
+    let mut kill_at: Option<Moment> = None;
     let mut lock_lost = false;
     let mut group_check: Option<Instant> = None;
     let mut told_waiting = false;
     let far_future = || Instant::now() + Duration::from_secs(86400 * 365);
     // TERM now and KILL at `kill` (at once if that has passed), or earlier
     // if a KILL is due already.
-    let terminate = |child: &Child, kill_at: &mut Option<Instant>, kill: Instant| {
-        if kill > Instant::now() {
+    let terminate = |child: &Child, kill_at: &mut Option<Moment>, kill: Moment| {
+        if kill > Moment::now() {
             child.signal_group(libc::SIGTERM);
             // A stopped process acts on TERM only once continued.
             child.signal_group(libc::SIGCONT);
@@ -57,15 +58,15 @@ pub async fn supervise(
     };
     // The lock is lost: TERM, and KILL by the lease's rule; the keeper
     // KILLs then too, should zklock be frozen by then.
-    let give_up = |child: &mut Child, kill_at: &mut Option<Instant>, deadline: Instant| {
-        let kill = kill_time(deadline, Instant::now(), limits.kill_after);
+    let give_up = |child: &mut Child, kill_at: &mut Option<Moment>, deadline: Moment| {
+        let kill = kill_time(deadline, Moment::now(), limits.kill_after);
         terminate(child, kill_at, kill);
-        child.keeper.kill_at(kill.into_std());
+        child.keeper.kill_at(kill);
     };
     let mut watching = true;
     child
         .keeper
-        .stop_at(deadline.borrow_and_update().into_std(), limits.kill_after);
+        .stop_at(*deadline.borrow_and_update(), limits.kill_after);
     let status = loop {
         if let Some(status) = child.status {
             if !child.group_alive() {
@@ -108,7 +109,7 @@ pub async fn supervise(
                     if kill_at.is_some() {
                         child.signal_group(libc::SIGKILL);
                     } else {
-                        kill_at = Some(Instant::now() + limits.kill_after);
+                        kill_at = Some(Moment::now() + limits.kill_after);
                     }
                 }
                 child.signal_group(signal);
@@ -121,15 +122,15 @@ pub async fn supervise(
             changed = deadline.changed(), if watching => match changed {
                 Ok(()) => child
                     .keeper
-                    .stop_at(deadline.borrow_and_update().into_std(), limits.kill_after),
+                    .stop_at(*deadline.borrow_and_update(), limits.kill_after),
                 Err(_) => watching = false,
             },
             () = sleep_until(time_up.unwrap_or_else(far_future)), if time_up.is_some() => {
                 time_up = None;
                 timed_out = true;
-                terminate(&child, &mut kill_at, Instant::now() + limits.kill_after);
+                terminate(&child, &mut kill_at, Moment::now() + limits.kill_after);
             }
-            () = sleep_until(kill_at.unwrap_or_else(far_future)), if kill_at.is_some() => {
+            () = clock::sleep_until(kill_at.unwrap_or_else(Moment::now)), if kill_at.is_some() => {
                 child.signal_group(libc::SIGKILL);
                 kill_at = None;
             }
@@ -139,7 +140,7 @@ pub async fn supervise(
             }
         }
     };
-    if !lock_lost && Instant::now() >= *deadline.borrow() {
+    if !lock_lost && Moment::now() >= *deadline.borrow() {
         // Found ended only past the deadline: zklock could not act in time
         // (it was stopped), and the keeper stopped the command.
         lock_lost = true;
@@ -166,7 +167,7 @@ pub async fn supervise(
 /// after the TERM sent now, and no later than K after the deadline. A zklock
 /// that wakes up past the deadline (it was stopped) has no grace left and
 /// less of K: none once K past it, when it kills at once.
-pub fn kill_time(deadline: Instant, now: Instant, kill_after: Duration) -> Instant {
+pub fn kill_time(deadline: Moment, now: Moment, kill_after: Duration) -> Moment {
     now.min(deadline) + kill_after
 }
 
@@ -186,7 +187,7 @@ mod tests {
 
     #[test]
     fn kill_comes_k_after_the_deadline_at_the_latest() {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Moment::now() + Duration::from_secs(60);
         let k = Duration::from_secs(5);
         // Lost before the deadline (a node deleted): K after the TERM.
         let now = deadline - Duration::from_secs(3);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rustix::process::Signal;
-use tokio::time::{Instant, sleep_until};
+use zklock::zk::clock::{Moment, sleep_until};
 
 use super::bound::Bound;
 use crate::command::keeper::Keeper;
@@ -50,9 +50,9 @@ impl Guard {
 
     /// Has the keeper stop the steps at the lease `deadline`, should the
     /// holder be frozen then.
-    pub(super) fn follow(&mut self, deadline: Instant) {
+    pub(super) fn follow(&mut self, deadline: Moment) {
         if let Some(keeper) = &mut self.keeper {
-            keeper.stop_at(deadline.into_std(), self.kill_after);
+            keeper.stop_at(deadline, self.kill_after);
         }
     }
 
@@ -63,21 +63,21 @@ impl Guard {
 
     /// Sends `signal` to the steps, KILLs them at `kill` (K after now, or
     /// sooner by the lease's rule), and returns once none is left.
-    pub(super) async fn stop(&mut self, bound: &Bound, signal: Signal, kill: Instant) {
+    pub(super) async fn stop(&mut self, bound: &Bound, signal: Signal, kill: Moment) {
         if let Some(keeper) = &mut self.keeper {
-            keeper.kill_at(kill.into_std());
+            keeper.kill_at(kill);
         }
         self.steps.signal(signal, !bound.has_exited(), &[]);
         let mut killed = false;
         while self.running(bound) > 0 {
-            if !killed && Instant::now() >= kill {
+            if !killed && Moment::now() >= kill {
                 killed = true;
                 self.steps.signal(Signal::KILL, !bound.has_exited(), &[]);
             }
             let next = if killed {
-                Instant::now() + POLL
+                Moment::now() + POLL
             } else {
-                kill.min(Instant::now() + POLL)
+                kill.min(Moment::now() + POLL)
             };
             sleep_until(next).await;
         }

@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use rustix::process::Signal;
 use tokio::time::{Instant, sleep, sleep_until};
+use zklock::zk::clock::Moment;
 
 use super::bound::{Binding, Bound, dev_null};
 use super::control::{Asker, Control, Following, Released, Request};
@@ -195,15 +196,15 @@ pub(super) async fn lifecycle(
             let (signal, kill, why) = match &ended {
                 Ended::Lost(reason) if binding.on_lost == OnLost::Term => (
                     Signal::TERM,
-                    kill_time(*handed.borrow(), Instant::now(), policy.kill_after),
+                    kill_time(*handed.borrow(), Moment::now(), policy.kill_after),
                     reason.to_string(),
                 ),
                 Ended::Signal(signal) => (
                     Signal::from_named_raw(*signal).unwrap_or(Signal::TERM),
-                    (Instant::now() + policy.kill_after).min(kill_by),
+                    (Moment::now() + policy.kill_after).min(kill_by),
                     format!("the holder got signal {signal}"),
                 ),
-                _ => (Signal::CONT, Instant::now(), String::new()),
+                _ => (Signal::CONT, Moment::now(), String::new()),
             };
             if !why.is_empty() {
                 // A step's trap may ask for a release meanwhile: answered.
@@ -228,10 +229,10 @@ pub(super) async fn lifecycle(
                 Ended::BoundExited | Ended::Release(..) => "the hold was released".to_owned(),
             };
             // They stop by the lease's rule; their nodes stay until then.
-            let kill_by = kill_time(*handed.borrow(), Instant::now(), policy.kill_after);
+            let kill_by = kill_time(*handed.borrow(), Moment::now(), policy.kill_after);
             followers.retain(|f| f.tell(&Told::Lost(why.clone())));
             let all_gone = futures::future::join_all(followers.iter().map(Following::hung_up));
-            let _ = tokio::time::timeout_at(kill_by + POLL * 5, all_gone).await;
+            let _ = tokio::time::timeout_at((kill_by + POLL * 5).to_instant(), all_gone).await;
         }
         outputs.emit(Event::Ended {
             exit,

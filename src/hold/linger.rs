@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 use zklock::zk::client::{Link, State};
+use zklock::zk::clock::Moment;
 
 use super::bound::Binding;
 use super::control::{Asker, Control, Released, Request};
@@ -25,15 +26,15 @@ const LINGER: Duration = Duration::from_secs(600);
 const LATE: Duration = Duration::from_millis(500);
 
 /// Why the lock was lost, as the holder says it: a holder that learns of
-/// it only well past its lease deadline was stopped (SIGSTOP, a debugger)
-/// or starved, and its keeper stopped the steps; the lease's own words
-/// ("no answer") would blame ZooKeeper.
-pub(super) fn woken_late(reason: lease::LossReason, deadline: Instant) -> lease::LossReason {
-    let late = Instant::now().saturating_duration_since(deadline);
+/// it only well past its lease deadline was stopped (SIGSTOP, a debugger),
+/// suspended with its host, or starved, and its keeper stopped the steps;
+/// the lease's own words ("no answer") would blame ZooKeeper.
+pub(super) fn woken_late(reason: lease::LossReason, deadline: Moment) -> lease::LossReason {
+    let late = Moment::now().saturating_duration_since(deadline);
     match late > LATE {
         true => format!(
-            "the holder was stopped past its lease deadline (for {} more), so the lock was \
-             no longer kept ({reason})",
+            "the holder was stopped, or its host suspended, past its lease deadline \
+             (for {} more), so the lock was no longer kept ({reason})",
             crate::values::human_duration(late)
         ),
         false => reason,

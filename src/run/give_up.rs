@@ -5,6 +5,7 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use zklock::zk::clock::Moment;
 
 use super::plan::Plan;
 use super::wait::WaitReport;
@@ -41,7 +42,7 @@ pub struct GiveUp {
     held_path: String,
     unreachable_since: Option<Instant>,
     /// When the server last heard from the session.
-    heard: Instant,
+    heard: Moment,
     /// Who holds the lock, if asked and answered in time.
     holder: Option<String>,
 }
@@ -80,7 +81,7 @@ impl GiveUp {
     pub fn say(self, plan: &Plan<'_>, closed: &Closed) -> Exit {
         let report = &plan.report;
         let held_path = &self.held_path;
-        let unreachable = |since: Instant, deleted: bool| {
+        let unreachable = |for_: Duration, deleted: bool| {
             let fate = match deleted {
                 true => String::new(),
                 false => format!(
@@ -90,7 +91,7 @@ impl GiveUp {
             };
             report.note(format_args!(
                 "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-                human_duration(since.elapsed()),
+                human_duration(for_),
             ));
         };
         let why = match plan.wait {
@@ -99,11 +100,11 @@ impl GiveUp {
         };
         match (self.unreachable_since, self.holder) {
             // Nobody was asked who holds the lock: say what happened instead.
-            (Some(since), _) => unreachable(since, closed.confirmed),
+            (Some(since), _) => unreachable(since.elapsed(), closed.confirmed),
             (None, Some(holder)) if closed.in_time => {
                 report.note(format_args!("{why} {held_path}{holder}"))
             }
-            (None, _) if plan.wait => unreachable(self.heard, false),
+            (None, _) if plan.wait => unreachable(self.heard.elapsed(), false),
             (None, _) => report.note(format_args!("{why} {held_path}")),
         }
         plan.conflict

@@ -14,6 +14,7 @@ use super::once;
 use super::plan::Plan;
 use super::{Event, Outputs};
 use zklock::zk::burst::Burst;
+use zklock::zk::clock::{self, Moment};
 
 use super::nested::follow::{Follower, Told};
 use crate::command::child::{Child, Prepared};
@@ -190,9 +191,9 @@ pub(crate) async fn lease_watch(
 /// deadlines, for the command's supervisor and its keeper.
 async fn earlier_of(
     lost: impl Future<Output = LossReason>,
-    mut own: tokio::sync::watch::Receiver<tokio::time::Instant>,
+    mut own: tokio::sync::watch::Receiver<Moment>,
     enclosing: Option<Follower>,
-    handed: tokio::sync::watch::Sender<tokio::time::Instant>,
+    handed: tokio::sync::watch::Sender<Moment>,
 ) -> LossReason {
     let mut lost = pin!(lost);
     let Some(mut hold) = enclosing else {
@@ -207,7 +208,7 @@ async fn earlier_of(
             Either::Right((never, _)) => never,
         };
     };
-    let mut theirs: Option<tokio::time::Instant> = None;
+    let mut theirs: Option<Moment> = None;
     let mut following = true;
     loop {
         let earlier = theirs.map_or(*own.borrow(), |at| at.min(*own.borrow()));
@@ -220,7 +221,7 @@ async fn earlier_of(
                 Told::Owner(_) => {}
                 Told::Lost(why) => return format!("the enclosing hold ended: {why}"),
             },
-            () = tokio::time::sleep_until(theirs.unwrap_or_else(tokio::time::Instant::now)), if theirs.is_some() => {
+            () = clock::sleep_until(theirs.unwrap_or_else(Moment::now)), if theirs.is_some() => {
                 return "the enclosing hold's lease deadline passed".to_owned();
             }
         }

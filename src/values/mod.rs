@@ -7,10 +7,7 @@ mod time;
 use std::str::FromStr;
 
 pub use size::Bytes;
-pub use time::{
-    Precision, Seconds, from_monotonic_clock, human_duration, monotonic_ns, on_monotonic_clock,
-    rfc3339, server_time,
-};
+pub use time::{Precision, Seconds, human_duration, rfc3339, server_time};
 
 /// An absolute ZooKeeper path that may carry a lock: no empty, `.` or `..`
 /// component, no trailing slash, no control characters, not the root and not

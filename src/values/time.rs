@@ -94,34 +94,6 @@ impl fmt::Display for Seconds {
     }
 }
 
-/// `at` in nanoseconds of CLOCK_MONOTONIC: the clock of `Instant` on Linux,
-/// and one every process of the host reads alike, so a time handed to
-/// another process (the keeper, a nested run) means the same there.
-pub fn on_monotonic_clock(at: std::time::Instant) -> u64 {
-    let (clock, now) = (monotonic_ns(), std::time::Instant::now());
-    match at.checked_duration_since(now) {
-        Some(ahead) => clock.saturating_add(ahead.as_nanos() as u64),
-        None => clock.saturating_sub(now.duration_since(at).as_nanos() as u64),
-    }
-}
-
-/// The `Instant` of `ns` on CLOCK_MONOTONIC (see [`on_monotonic_clock`]).
-pub fn from_monotonic_clock(ns: u64) -> std::time::Instant {
-    let (clock, now) = (monotonic_ns(), std::time::Instant::now());
-    match ns.checked_sub(clock) {
-        Some(ahead) => now + Duration::from_nanos(ahead),
-        None => now
-            .checked_sub(Duration::from_nanos(clock - ns))
-            .unwrap_or(now),
-    }
-}
-
-/// CLOCK_MONOTONIC now, in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

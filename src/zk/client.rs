@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::zk::answers::ReadResult;
 use crate::zk::burst::{Burst, Children, Data, Pending};
+use crate::zk::clock::Moment;
 use crate::zk::ops::ReadOp;
 use crate::zk::records::Error;
 use crate::zk::session::{Answer, Driver, Queued};
@@ -45,7 +46,7 @@ impl Client {
     pub async fn connect(config: Config, burst: Burst) -> Result<Client, ConnectError> {
         let deadline = Instant::now() + config.connect_timeout;
         let (commands, received) = mpsc::unbounded_channel();
-        let now = Instant::now();
+        let now = Moment::now();
         let (link, watched) = watch::channel(Link {
             state: State::Disconnected,
             losses: 0,
@@ -89,7 +90,7 @@ impl Client {
     }
 
     /// When the latest request a server answered was sent ([`Link::heard`]).
-    pub fn heard(&self) -> Instant {
+    pub fn heard(&self) -> Moment {
         self.link.borrow().heard
     }
 

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
+use crate::zk::clock::Moment;
 use crate::zk::sasl::SaslMechanism;
 
 /// Makes the SASL mechanism for each new connection, given the member it
@@ -78,12 +77,12 @@ pub struct Link {
     /// the session then or later, so its timeout runs from no earlier
     /// (docs/design.md, "Session and lease rules"). Updated without
     /// waking the link's watchers.
-    pub heard: Instant,
+    pub heard: Moment,
     /// When the handshake that opened or resumed the session on the
     /// current connection was sent: a member resuming a session asks the
     /// leader, which restarts the session's timeout then or later
     /// (docs/design.md, "Session and lease rules").
-    pub resumed: Instant,
+    pub resumed: Moment,
 }
 
 /// Why [`Client::connect`] opened no session.

@@ -6,6 +6,7 @@
 pub mod answers;
 pub mod burst;
 pub mod client;
+pub mod clock;
 mod conn;
 pub mod jute;
 mod link;

@@ -264,9 +264,10 @@ fn the_keeper_leads_the_commands_group_and_goes_with_a_normal_exit() {
     s.assert_nothing_left();
 }
 
-/// The keeper holds its orders on stdin, /dev/null on stdout and stderr, and
-/// nothing else: no socket of zklock's, and no descriptor zklock inherited
-/// (a caller reading zklock's stdout to its end waits for no keeper).
+/// The keeper holds its orders on stdin, /dev/null on stdout and stderr, its
+/// own alarm (a timerfd), and nothing else: no socket of zklock's, and no
+/// descriptor zklock inherited (a caller reading zklock's stdout to its end
+/// waits for no keeper).
 #[test]
 fn the_keeper_holds_no_descriptor_but_its_orders() {
     let s = Scene::new("keeper-fds");
@@ -284,7 +285,8 @@ fn the_keeper_holds_no_descriptor_but_its_orders() {
         .collect();
     fds.sort();
     let names: Vec<&str> = fds.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(names, ["0", "1", "2"], "{fds:?}");
+    assert_eq!(names, ["0", "1", "2", "3"], "{fds:?}");
+    assert_eq!(fds[3].1, "anon_inode:[timerfd]", "{fds:?}");
     assert!(fds[0].1.starts_with("pipe:"), "{fds:?}");
     let zklock_stdout = std::fs::read_link(format!("/proc/{}/fd/1", zklock.id())).unwrap();
     assert_ne!(fds[0].1, zklock_stdout.to_string_lossy(), "{fds:?}");

@@ -7,10 +7,11 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, Signal};
+use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
+use zklock::zk::clock::Moment;
 
 use crate::command::signals;
 use crate::command::steps::Steps;
-use crate::values::monotonic_ns;
 
 /// argv[1] of the keeper's hidden mode. Not an option clap knows: `main`
 /// checks for it before parsing, and nobody types it by accident.
@@ -75,7 +76,7 @@ impl Target {
             Target::Steps { steps, bound } => {
                 let alive = bound.as_ref().is_some_and(|fd| {
                     let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-                    rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())) == Ok(0)
+                    rustix::event::poll(&mut fds, Some(&Timespec::default())) == Ok(0)
                 });
                 let me = [rustix::process::getpid().as_raw_pid()];
                 // KILL again, for steps forked while a pass ran.
@@ -160,6 +161,9 @@ fn keep(target: Target) -> ! {
     // A hold's keeper told to stand down lets the holder end in peace (its
     // steps go on without a lock they no longer hold).
     let mut stood_down = false;
+    // Orders are moments of CLOCK_BOOTTIME, and so is this alarm: poll's
+    // own timeout would not count a suspension of the host (zk::clock).
+    let alarm = rustix::time::timerfd_create(TimerfdClockId::Boottime, TimerfdFlags::CLOEXEC).ok();
     loop {
         let mut order = [0u8; ORDER];
         match rustix::io::read(stdin, &mut order) {
@@ -175,7 +179,7 @@ fn keep(target: Target) -> ! {
             // EOF: zklock is gone. An error: the same, for all we know.
             _ => target.kill(),
         }
-        let now = monotonic_ns();
+        let now = Moment::now().as_nanos();
         if kill <= now {
             target.kill();
         }
@@ -188,17 +192,42 @@ fn keep(target: Target) -> ! {
             term = NEVER;
         }
         let next = term.min(kill);
-        let wait = (next != NEVER).then(|| {
-            let ns = next.saturating_sub(monotonic_ns());
-            rustix::time::Timespec {
-                tv_sec: (ns / 1_000_000_000) as _,
-                tv_nsec: (ns % 1_000_000_000) as _,
+        // Set again each time (or disarmed): that also clears its ring.
+        let armed = alarm.as_ref().is_some_and(|alarm| set(alarm, next));
+        let wait = (next != NEVER && !armed)
+            .then(|| timespec(next.saturating_sub(Moment::now().as_nanos())));
+        let read = rustix::event::PollFlags::IN;
+        // No Vec: a fork of a threaded process must not allocate.
+        let mut fds = [
+            rustix::event::PollFd::new(&stdin, read),
+            rustix::event::PollFd::new(&stdin, read),
+        ];
+        let watched = match &alarm {
+            Some(alarm) => {
+                fds[1] = rustix::event::PollFd::new(alarm, read);
+                2
             }
-        });
-        let mut fds = [rustix::event::PollFd::new(
-            &stdin,
-            rustix::event::PollFlags::IN,
-        )];
-        let _ = rustix::event::poll(&mut fds, wait.as_ref());
+            None => 1,
+        };
+        let _ = rustix::event::poll(&mut fds[..watched], wait.as_ref());
+    }
+}
+
+/// Arms `alarm` for `at` ([`Moment::as_nanos`]), or disarms it for
+/// [`NEVER`]; whether it is armed.
+fn set(alarm: &OwnedFd, at: u64) -> bool {
+    let value = Itimerspec {
+        it_interval: timespec(0),
+        // A zero it_value disarms; the boot itself stands for "now".
+        it_value: timespec(if at == NEVER { 0 } else { at.max(1) }),
+    };
+    let set = rustix::time::timerfd_settime(alarm, TimerfdTimerFlags::ABSTIME, &value);
+    set.is_ok() && at != NEVER
+}
+
+fn timespec(ns: u64) -> Timespec {
+    Timespec {
+        tv_sec: (ns / 1_000_000_000) as _,
+        tv_nsec: (ns % 1_000_000_000) as _,
     }
 }

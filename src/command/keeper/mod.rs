@@ -15,15 +15,15 @@ use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
+use zklock::zk::clock::Moment;
 
 use self::keep::{HIDDEN_MODE, NAME, NEVER, ORDER, forked, nonblocking};
 pub use self::keep::{is_hidden_mode, run_hidden_mode};
 use crate::command::signals;
 use crate::command::steps::Steps;
-use crate::values::on_monotonic_clock;
 
 /// How long after the lease deadline the keeper sends TERM (at most half of
 /// K): time for a zklock that is not frozen, which acts at the deadline, to
@@ -156,14 +156,14 @@ impl Keeper {
     /// Has the keeper stop the group at the lease `deadline` as zklock
     /// would, should zklock not do it itself: TERM (and CONT) just after it,
     /// KILL `kill_after` after it. Replaces the order before.
-    pub fn stop_at(&mut self, deadline: Instant, kill_after: Duration) {
+    pub fn stop_at(&mut self, deadline: Moment, kill_after: Duration) {
         let (term, kill) = stop_times(deadline, kill_after);
         self.order(Some(term), Some(kill));
     }
 
     /// Has the keeper KILL the group at `kill` and send no TERM: zklock sent
     /// it (and KILLs at that time too, if it is not frozen by then).
-    pub fn kill_at(&mut self, kill: Instant) {
+    pub fn kill_at(&mut self, kill: Moment) {
         self.order(None, Some(kill));
     }
 
@@ -173,7 +173,7 @@ impl Keeper {
         self.order(None, None);
     }
 
-    fn order(&mut self, term: Option<Instant>, kill: Option<Instant>) {
+    fn order(&mut self, term: Option<Moment>, kill: Option<Moment>) {
         let mut order = [0u8; ORDER];
         order[..8].copy_from_slice(&on_clock(term).to_le_bytes());
         order[8..].copy_from_slice(&on_clock(kill).to_le_bytes());
@@ -207,24 +207,22 @@ impl Drop for Keeper {
 }
 
 /// When the keeper TERMs and KILLs the group for a lease `deadline`.
-fn stop_times(deadline: Instant, kill_after: Duration) -> (Instant, Instant) {
+fn stop_times(deadline: Moment, kill_after: Duration) -> (Moment, Moment) {
     (deadline + (kill_after / 2).min(LAG), deadline + kill_after)
 }
 
-/// `at` in nanoseconds of CLOCK_MONOTONIC ([`on_monotonic_clock`]);
-/// [`NEVER`] for None.
-fn on_clock(at: Option<Instant>) -> u64 {
-    at.map_or(NEVER, on_monotonic_clock)
+/// `at` as the keeper reads it ([`Moment::as_nanos`]); [`NEVER`] for None.
+fn on_clock(at: Option<Moment>) -> u64 {
+    at.map_or(NEVER, Moment::as_nanos)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::values::monotonic_ns;
 
     #[test]
     fn the_keeper_terms_after_zklock_would_and_kills_when_it_would() {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Moment::now() + Duration::from_secs(60);
         for k in [5_000, 500, 190, 40] {
             let kill_after = Duration::from_millis(k);
             let (term, kill) = stop_times(deadline, kill_after);
@@ -232,20 +230,5 @@ mod tests {
             assert!(term - deadline <= LAG, "{k}");
             assert_eq!(kill, deadline + kill_after, "{k}");
         }
-    }
-
-    #[test]
-    fn instants_cross_to_the_monotonic_clock() {
-        let now = Instant::now();
-        let clock = monotonic_ns();
-        let ahead = on_clock(Some(now + Duration::from_secs(2)));
-        let behind = on_clock(Some(now - Duration::from_millis(1)));
-        // Within the few microseconds between the two readings.
-        assert!(
-            ahead.abs_diff(clock + 2_000_000_000) < 50_000_000,
-            "{ahead} {clock}"
-        );
-        assert!(behind < clock);
-        assert_eq!(on_clock(None), NEVER);
     }
 }

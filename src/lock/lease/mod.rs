@@ -9,10 +9,10 @@ mod proof;
 use std::time::SystemTime;
 
 use futures::future::select_all;
-use tokio::time::{Instant, sleep_until};
 use zklock::zk::answers::MultiResult;
 use zklock::zk::burst::Pending;
 use zklock::zk::client::{Client, State};
+use zklock::zk::clock::{Moment, sleep_until};
 use zklock::zk::ops::MultiOp;
 use zklock::zk::records::Error;
 
@@ -36,14 +36,14 @@ pub type WatchFrom = tokio::sync::watch::Receiver<bool>;
 /// command may run until then. [`lost`] moves it with the time the server
 /// last heard from the session; the command's supervisor hands it to the
 /// keeper.
-pub type Deadline = tokio::sync::watch::Sender<Instant>;
+pub type Deadline = tokio::sync::watch::Sender<Moment>;
 
 /// The deadline of a lock just taken, counted from when the server last
 /// heard from `client`'s session (the requests that confirmed the lock).
 pub fn deadline(
     client: &Client,
     policy: LeasePolicy,
-) -> (Deadline, tokio::sync::watch::Receiver<Instant>) {
+) -> (Deadline, tokio::sync::watch::Receiver<Moment>) {
     tokio::sync::watch::channel(policy.deadline_after(client.heard()))
 }
 
@@ -90,7 +90,7 @@ pub async fn lost(
     let mut link = client.link();
     let mut losses = link.borrow().losses;
     // While disconnected: since when.
-    let mut outage: Option<Instant> = None;
+    let mut outage: Option<Moment> = None;
     let mut nodes_lost = Box::pin(any_node_lost(
         client,
         nodes,
@@ -100,15 +100,15 @@ pub async fn lost(
         owner,
     ));
     let mut confirming: Option<Confirming> = None;
-    let mut confirm_at = Instant::now() + policy.confirm_every();
+    let mut confirm_at = Moment::now() + policy.confirm_every();
     // The first deadline counts from the answers that found the lock ours.
     // A lock the node ahead's deletion alone made ours has none of that
     // moment: its first confirmation, sent at once (after the acquisition
     // write, which it would hold up), counts as one once answered.
-    let mut found_ours = policy.confirms_at_once(proof.proven(), Instant::now());
+    let mut found_ours = policy.confirms_at_once(proof.proven(), Moment::now());
     let mut held_back = None;
     if found_ours {
-        confirm_at = Instant::now();
+        confirm_at = Moment::now();
         held_back = Some(unwatched_from.clone());
     }
     loop {
@@ -140,7 +140,7 @@ pub async fn lost(
         }
         if now.state == State::Connected {
             proof.proven_at(now.resumed);
-            confirm_at = confirm_at.min(Instant::now() + policy.confirm_every());
+            confirm_at = confirm_at.min(Moment::now() + policy.confirm_every());
         }
         renew(&proof, &policy);
         let at = *deadline.borrow();
@@ -161,7 +161,7 @@ pub async fn lost(
             () = sleep_until(confirm_at),
                 if confirming.is_none() && outage.is_none() && held_back.is_none() =>
             {
-                proof.mark(Instant::now(), client.heard());
+                proof.mark(Moment::now(), client.heard());
                 confirming = Some(Confirming::send(client, nodes, losses));
             }
             (node, result) = async { confirming.as_mut().expect("guarded").answer().await },
@@ -180,9 +180,9 @@ pub async fn lost(
                         }
                         confirm_at = sent + policy.confirm_every();
                     }
-                    _ => confirm_at = Instant::now(),
+                    _ => confirm_at = Moment::now(),
                 }
-                proof.mark(Instant::now(), client.heard());
+                proof.mark(Moment::now(), client.heard());
             }
             () = sleep_until(stalled_at.unwrap_or(at)), if stalled_at.is_some() => {
                 let confirm = confirming.as_mut().expect("guarded");
@@ -203,7 +203,7 @@ pub async fn lost(
 /// A confirmation in flight: a check of our nodes, a write the leader
 /// answers (it changes nothing and fires no watch).
 struct Confirming {
-    sent: Instant,
+    sent: Moment,
     /// The connection it was written on ([`zklock::zk::client::Link::losses`]).
     losses: u64,
     /// Whether the client was asked to leave its member for it.
@@ -221,7 +221,7 @@ impl Confirming {
             })
             .collect();
         Confirming {
-            sent: Instant::now(),
+            sent: Moment::now(),
             losses,
             left: false,
             nodes: nodes.to_vec(),
@@ -277,11 +277,9 @@ impl Verdict {
 /// deadline as a time of day (UTC: the same on every host's log) and from
 /// now, and returns now; None when the deadline has passed already (zklock
 /// was stopped, or its process starved): no grace is left.
-fn outage_begins(report: &Report, deadline: Instant) -> Option<Instant> {
-    let now = Instant::now();
-    let left = deadline
-        .checked_duration_since(now)
-        .filter(|left| !left.is_zero())?;
+fn outage_begins(report: &Report, deadline: Moment) -> Option<Moment> {
+    let now = Moment::now();
+    let left = Some(deadline - now).filter(|left| !left.is_zero())?;
     let until = rfc3339(SystemTime::now() + left, Precision::Seconds);
     // `YYYY-MM-DDTHH:MM:SSZ`: the time of day is all a reader needs here.
     let time = until.get(11..19).unwrap_or(&until);

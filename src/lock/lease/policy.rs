@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use zklock::zk::clock::Moment;
 
 use crate::values::human_duration;
 
@@ -40,7 +40,7 @@ impl LeasePolicy {
     }
 
     /// The lease deadline given an answer to a request sent at `sent`.
-    pub fn deadline_after(&self, sent: Instant) -> Instant {
+    pub fn deadline_after(&self, sent: Moment) -> Moment {
         sent + self.lease()
     }
 
@@ -77,7 +77,7 @@ impl LeasePolicy {
     /// listing (or a create) has and one made ours by the node ahead's
     /// deletion alone may not (its last answer may be a ping T/3 old).
     /// Half an interval leaves the other half for the round trips.
-    pub fn confirms_at_once(&self, proven: Instant, now: Instant) -> bool {
+    pub fn confirms_at_once(&self, proven: Moment, now: Moment) -> bool {
         now.saturating_duration_since(proven) > self.confirm_every() / 2
     }
 
@@ -231,7 +231,7 @@ mod tests {
         let p = policy(10, 5, OnDisconnect::Lease);
         // 10s - 5s (kill) - 0.6s (margin); grace is that less C (2s).
         assert_eq!(p.lease(), Duration::from_millis(4400));
-        let sent = Instant::now();
+        let sent = Moment::now();
         assert_eq!(p.deadline_after(sent), sent + Duration::from_millis(4400));
         // The same KILL time in both modes: the earliest expiry does not
         // depend on what a disconnection means.
@@ -272,7 +272,7 @@ mod tests {
     #[test]
     fn a_lease_counting_from_an_old_answer_confirms_at_once() {
         let p = policy(4, 1, OnDisconnect::Lease);
-        let now = Instant::now();
+        let now = Moment::now();
         // Found ours by a listing answered just now: on schedule.
         assert!(!p.confirms_at_once(now - Duration::from_millis(5), now));
         // By a deletion alone, the last answer a ping 1.2 s before.

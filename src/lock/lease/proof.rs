@@ -14,20 +14,20 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use zklock::zk::clock::Moment;
 
 /// The proven time and the marks that may prove a later one.
 #[derive(Debug, Clone)]
 pub struct Proof {
-    proven: Instant,
+    proven: Moment,
     /// (when taken, the send time of the latest request answered by then),
     /// oldest first.
-    marks: VecDeque<(Instant, Instant)>,
+    marks: VecDeque<(Moment, Moment)>,
 }
 
 impl Proof {
     /// Counting from `proven`.
-    pub fn new(proven: Instant) -> Proof {
+    pub fn new(proven: Moment) -> Proof {
         Proof {
             proven,
             marks: VecDeque::new(),
@@ -35,12 +35,12 @@ impl Proof {
     }
 
     /// The leader restarted the session's timeout no earlier than this.
-    pub fn proven(&self) -> Instant {
+    pub fn proven(&self) -> Moment {
         self.proven
     }
 
     /// At `now`, the latest request a member answered was sent at `heard`.
-    pub fn mark(&mut self, now: Instant, heard: Instant) {
+    pub fn mark(&mut self, now: Moment, heard: Moment) {
         if heard <= self.proven {
             return;
         }
@@ -55,7 +55,7 @@ impl Proof {
     /// A confirmation sent at `sent` was answered through the leader: the
     /// latest mark taken `lag` before it is proven. Whether the proven
     /// time moved.
-    pub fn confirmed(&mut self, sent: Instant, lag: Duration) -> bool {
+    pub fn confirmed(&mut self, sent: Moment, lag: Duration) -> bool {
         let Some(by) = sent.checked_sub(lag) else {
             return false;
         };
@@ -77,7 +77,7 @@ impl Proof {
     /// then resumed the session, or the first confirmation, sent as the
     /// lease began, was answered (the answers that found the lock ours,
     /// docs/design.md, "Session and lease rules").
-    pub fn proven_at(&mut self, at: Instant) {
+    pub fn proven_at(&mut self, at: Moment) {
         self.proven = self.proven.max(at);
         self.marks.retain(|&(_, heard)| heard > at);
     }
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_confirmation_proves_only_marks_taken_a_lag_before_it() {
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         let mut proof = Proof::new(t0);
         // Answers came at 100 and 900 ms for requests sent at 90 and 890.
         proof.mark(t0 + ms(100), t0 + ms(90));
@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn an_answer_alone_proves_nothing() {
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         let mut proof = Proof::new(t0);
         proof.mark(t0 + ms(100), t0 + ms(90));
         // A confirmation sent right after the answer: within the lag.
@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_resumed_session_is_proven_from_its_handshake() {
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         let mut proof = Proof::new(t0);
         proof.mark(t0 + ms(100), t0 + ms(90));
         proof.mark(t0 + ms(700), t0 + ms(690));

@@ -2,7 +2,7 @@
 //! "Holds"): a step in a shell of its own (a CI step of an
 //! `--until-released` hold) is not among the holder's steps, so the holder
 //! tells it, on its control socket, each lease deadline it has (as
-//! CLOCK_MONOTONIC nanoseconds: the socket is on the same host) and when
+//! CLOCK_BOOTTIME nanoseconds, `zk::clock`: the socket is on the same host) and when
 //! the lock is lost. The nested run stops its command by the earlier of
 //! its own lease and the hold's, and its keeper does so if it is frozen;
 //! the holder keeps its nodes until its followers have hung up.
@@ -13,10 +13,9 @@ use anyhow::{Context, Result, bail};
 use std::io::Write;
 
 use tokio::net::UnixStream;
-use tokio::time::Instant;
+use zklock::zk::clock::Moment;
 
 use crate::exit::{Exit, Failure};
-use crate::values::{from_monotonic_clock, on_monotonic_clock};
 
 /// What a holder tells its followers, one line each.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +24,7 @@ pub(crate) enum Told {
     /// only the hold whose nodes it runs under).
     Owner(i64),
     /// The lease deadline moved (later, or earlier on a shorter session).
-    Deadline(Instant),
+    Deadline(Moment),
     /// The lock is lost (or released): stop.
     Lost(String),
 }
@@ -34,7 +33,7 @@ impl Told {
     pub(crate) fn to_line(&self) -> String {
         match self {
             Told::Owner(session) => format!("owner {session}\n"),
-            Told::Deadline(at) => format!("deadline {}\n", on_monotonic_clock(at.into_std())),
+            Told::Deadline(at) => format!("deadline-boot {}\n", at.as_nanos()),
             Told::Lost(why) => format!("lost {}\n", why.replace(['\n', '\r'], " ")),
         }
     }
@@ -44,9 +43,9 @@ impl Told {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         match word {
             "owner" => Some(Told::Owner(rest.parse().ok()?)),
-            "deadline" => Some(Told::Deadline(
-                from_monotonic_clock(rest.parse().ok()?).into(),
-            )),
+            // Named for its clock: a zklock of before, which sent
+            // CLOCK_MONOTONIC's as "deadline", is not understood (a loss).
+            "deadline-boot" => Some(Told::Deadline(Moment::from_nanos(rest.parse().ok()?))),
             "lost" => Some(Told::Lost(rest.to_owned())),
             _ => None,
         }
@@ -168,12 +167,13 @@ mod tests {
 
     #[test]
     fn lines_round_trip() {
-        let at = Instant::now() + std::time::Duration::from_secs(3);
-        let Some(Told::Deadline(back)) = Told::from_line(&Told::Deadline(at).to_line()) else {
-            panic!("not a deadline");
-        };
-        let diff = if back > at { back - at } else { at - back };
-        assert!(diff < std::time::Duration::from_millis(5), "{diff:?}");
+        let at = Moment::now() + std::time::Duration::from_secs(3);
+        assert_eq!(
+            Told::from_line(&Told::Deadline(at).to_line()),
+            Some(Told::Deadline(at))
+        );
+        // A CLOCK_MONOTONIC deadline of an older zklock is not one.
+        assert_eq!(Told::from_line("deadline 5000000000\n"), None);
         assert_eq!(
             Told::from_line(&Told::Lost("a\nb".into()).to_line()),
             Some(Told::Lost("a b".into()))

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::Driver;
 use super::flight::{InFlight, Written};
+use crate::zk::clock::Moment;
 use crate::zk::conn::{self, Conn, Refused};
 use crate::zk::link::{ConnectError, SaslFactory, State};
 use crate::zk::ops::Request;
@@ -100,7 +101,7 @@ impl Driver {
             read_only: false,
         };
         let mut in_flight = VecDeque::new();
-        let sent = Instant::now();
+        let sent = Moment::now();
         let exchange = self.exchange(&mut conn, &request, sasl, &mut in_flight);
         let response = match tokio::time::timeout(config.attempt_timeout, exchange).await {
             Ok(response) => response,

@@ -3,9 +3,8 @@
 
 use std::collections::VecDeque;
 
-use tokio::time::Instant;
-
 use super::Queued;
+use crate::zk::clock::Moment;
 use crate::zk::ops::Request;
 use crate::zk::records::xid;
 
@@ -14,7 +13,7 @@ pub(super) struct InFlight {
     pub(super) xid: i32,
     pub(super) queued: Queued,
     /// When it was written (about: just before the write).
-    pub(super) sent: Instant,
+    pub(super) sent: Moment,
 }
 
 /// The oldest request in flight that is an auth, or that is not.
@@ -58,7 +57,7 @@ impl Written<'_> {
             in_flight.push_back(InFlight {
                 xid: this,
                 queued,
-                sent: Instant::now(),
+                sent: Moment::now(),
             });
         }
     }

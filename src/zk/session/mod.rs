@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
 
 use crate::zk::answers::Response;
+use crate::zk::clock::{Alarm, Moment};
 use crate::zk::conn::Conn;
 use crate::zk::jute::Reader;
 use crate::zk::link::{Config, Link, State};
@@ -21,11 +21,9 @@ use crate::zk::ops::{Request, chrooted, unchrooted};
 use crate::zk::records::{Error, ReplyHeader, WatcherEvent, xid};
 use crate::zk::watches::{Watch, WatchKind, Watches};
 
-mod alarm;
 mod attach;
 mod flight;
 
-use self::alarm::Alarm;
 use self::flight::{InFlight, Written, oldest};
 
 /// What a request's sender gets back.
@@ -144,8 +142,8 @@ impl Driver {
         let third = self.timeout / 3;
         let mut abandoned = false;
         let mut leave_open = true;
-        let mut last_sent = Instant::now();
-        let mut last_heard = Instant::now();
+        let mut last_sent = Moment::now();
+        let mut last_heard = Moment::now();
         let mut ping_sent = None;
         loop {
             let ping_at = last_sent + third;
@@ -162,7 +160,7 @@ impl Driver {
             tokio::select! {
                 packet = conn.packet() => {
                     let Ok(packet) = packet else { return End::Lost };
-                    last_heard = Instant::now();
+                    last_heard = Moment::now();
                     if let Some(end) = self.answer(&packet, &mut ping_sent) {
                         return end;
                     }
@@ -191,21 +189,21 @@ impl Driver {
                     }
                 }
                 rang = self.alarm.ring() => {
-                    if rang.is_err() || Instant::now() >= dead_at {
+                    if rang.is_err() || Moment::now() >= dead_at {
                         return End::Lost;
                     }
                     Request::Ping.write_packet(xid::PING, "", &mut out);
-                    ping_sent.get_or_insert_with(Instant::now);
+                    ping_sent.get_or_insert_with(Moment::now);
                 }
             }
             if !out.is_empty() {
                 // A server that stops reading holds the write: it runs
                 // under the connection's deadline like any wait.
-                let written = tokio::time::timeout_at(dead_at, conn.write(&out)).await;
+                let written = tokio::time::timeout_at(dead_at.to_instant(), conn.write(&out)).await;
                 if !matches!(written, Ok(Ok(()))) {
                     return End::Lost;
                 }
-                last_sent = Instant::now();
+                last_sent = Moment::now();
             }
         }
     }
@@ -221,7 +219,7 @@ impl Driver {
 
     /// Handles one packet from the server; the end of the connection or the
     /// session when it says so.
-    fn answer(&mut self, packet: &[u8], ping_sent: &mut Option<Instant>) -> Option<End> {
+    fn answer(&mut self, packet: &[u8], ping_sent: &mut Option<Moment>) -> Option<End> {
         let mut r = Reader::new(packet);
         let Ok(header) = ReplyHeader::read(&mut r) else {
             return Some(End::Lost);
@@ -296,7 +294,7 @@ impl Driver {
 
     /// A server answered a request sent at `sent`; no watcher of the link
     /// is woken for that.
-    fn heard(&self, sent: Instant) {
+    fn heard(&self, sent: Moment) {
         self.link.send_if_modified(|link| {
             link.heard = link.heard.max(sent);
             false
