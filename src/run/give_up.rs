@@ -81,7 +81,7 @@ impl GiveUp {
     pub fn say(self, plan: &Plan<'_>, closed: &Closed) -> Exit {
         let report = &plan.report;
         let held_path = &self.held_path;
-        let unreachable = |for_: Duration, deleted: bool| {
+        let unreachable = |lasted: Duration, deleted: bool| {
             let fate = match deleted {
                 true => String::new(),
                 false => format!(
@@ -91,7 +91,7 @@ impl GiveUp {
             };
             report.note(format_args!(
                 "timed out waiting for {held_path}: ZooKeeper unreachable for the last {}{fate}",
-                human_duration(for_),
+                human_duration(lasted),
             ));
         };
         let why = match plan.wait {
