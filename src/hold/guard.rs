@@ -32,7 +32,7 @@ impl Guard {
     /// run under the lock (before the variables are handed over).
     pub(super) fn start(bound: &Bound, kill_after: Duration) -> Result<Guard> {
         let steps = Steps::of(bound.pid);
-        let mut keeper = Keeper::for_steps(steps).context("starting the keeper of the steps")?;
+        let mut keeper = Keeper::for_steps(&steps).context("starting the keeper of the steps")?;
         keeper
             .wait_ready()
             .context("starting the keeper of the steps")?;

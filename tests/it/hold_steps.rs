@@ -27,6 +27,16 @@ pub(crate) const STEP: &str = r#"step() {
         echo "end $1 $$" >> "$LOG"' step "$1"
 }"#;
 
+/// A step as [`STEP`] that traps TERM to clean up, beating 3 s more (past
+/// the kill-after of a 4 s session, 1.64 s) before its `end`.
+const GRACEFUL_STEP: &str = r#"step() {
+    sh -c 'trap "j=0; while [ \$j -lt 60 ]; do echo \"beat \$0 \$\$\" >> \"\$LOG\"
+            sleep 0.05; j=\$((j+1)); done; echo \"end \$0 \$\$\" >> \"\$LOG\"; exit 0" TERM
+        echo "start $0 $$" >> "$LOG"; i=0
+        while [ $i -lt 60 ]; do echo "beat $0 $$" >> "$LOG"; sleep 0.05; i=$((i+1)); done
+        echo "end $0 $$" >> "$LOG"' "$1"
+}"#;
+
 /// The other holder's command, logging as the steps do.
 const RUN: &str = r#"echo "start run $$" >> "$LOG"; i=0
     while [ $i -lt 10 ]; do echo "beat run $$" >> "$LOG"; sleep 0.05; i=$((i+1)); done
@@ -81,6 +91,11 @@ pub(crate) enum Fault {
 /// runs its steps; the fault comes once the first step beats; a `zklock
 /// run` then waits for the lock and runs. No step may overlap the run.
 fn scenario(fault: Fault, own_group: bool) {
+    scenario_of(fault, own_group, STEP)
+}
+
+/// [`scenario`], with the steps `step` defines.
+fn scenario_of(fault: Fault, own_group: bool, step: &str) {
     let mut ground = Ground::for_fault(fault);
     let connect = match fault {
         Fault::Partition => ground.proxy.connect_string(),
@@ -95,7 +110,7 @@ fn scenario(fault: Fault, own_group: bool) {
         _ => "",
     };
     let script = format!(
-        r#"{STEP}
+        r#"{step}
         eval "$("$ZKLOCK" hold --session-timeout 4s {max_hold} -z "$ZK" "$P")" || exit
         echo "$ZKLOCK_HOLD" > "$OUT/socket"
         step first
@@ -283,6 +298,21 @@ fn steps_stop_when_the_holder_is_cut_off() {
 #[test]
 fn steps_stop_when_zookeeper_is_down_past_the_lease() {
     scenario(Fault::Restart, true);
+}
+
+/// A step that traps TERM to clean up outlives the script's shell, which the
+/// same TERM ends when the script does not lead its group: orphaned, it is
+/// still a step, KILLed at the kill-after, and the lock waits for it.
+#[test]
+fn an_orphaned_step_cleaning_up_is_killed_when_max_hold_passes() {
+    scenario_of(Fault::MaxHold, false, GRACEFUL_STEP);
+}
+
+/// The same when the stopped holder's keeper TERMs the steps at the lease
+/// deadline: its KILL still finds the orphaned step.
+#[test]
+fn an_orphaned_step_cleaning_up_is_killed_when_the_holder_is_stopped() {
+    scenario_of(Fault::StopHolder, false, GRACEFUL_STEP);
 }
 
 #[test]

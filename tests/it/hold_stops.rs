@@ -41,8 +41,8 @@ fn assert_apart(log: &Path) {
 /// A step that ignores TERM outlives `--max-hold` by the kill-after (1.64 s,
 /// the default of a 4 s session) and no longer: the lock passes on once it
 /// is KILLed, not at the TERM nor never. The script does not lead its
-/// group, so the step is its shell's child, reparented when TERM ends the
-/// shell.
+/// group, so the step is its shell's child (the `true` after it keeps bash
+/// from exec'ing it), reparented when TERM ends the shell.
 #[test]
 fn a_step_that_ignores_term_is_killed_before_the_lock_passes_on() {
     const MAX_HOLD: Duration = Duration::from_secs(1);
@@ -54,7 +54,8 @@ fn a_step_that_ignores_term_is_killed_before_the_lock_passes_on() {
         r#"eval "$("$ZKLOCK" hold --session-timeout 4s --max-hold 1s -z "$ZK" "$P")" || exit
         echo held > "$OUT/held"
         sh -c 'trap "" TERM; echo "start deaf $$" >> "$LOG"
-            while :; do echo "beat deaf $$" >> "$LOG"; sleep 0.05; done'"#,
+            while :; do echo "beat deaf $$" >> "$LOG"; sleep 0.05; done'
+        true"#,
     );
     let mut script = KillOnDrop(script.env("LOG", &log).spawn().unwrap());
     wait_until(LONG, "held", || place.file("held").exists());

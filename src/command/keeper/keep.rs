@@ -60,15 +60,12 @@ impl Target {
             rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
         });
         Target::Steps {
-            steps: Steps {
-                bound,
-                group: group.parse().ok(),
-            },
+            steps: Steps::new(bound, group.parse().ok()),
             bound: pidfd,
         }
     }
 
-    fn signal(&self, signal: Signal) {
+    fn signal(&mut self, signal: Signal) {
         match self {
             Target::Group => {
                 let _ = rustix::process::kill_current_process_group(signal);
@@ -91,7 +88,7 @@ impl Target {
     }
 
     /// Kills the target, then ends (the group's kill ends the keeper too).
-    fn kill(&self) -> ! {
+    fn kill(&mut self) -> ! {
         self.signal(Signal::KILL);
         end()
     }
@@ -150,7 +147,7 @@ pub fn run_hidden_mode() -> ! {
 
 /// Carries out the orders read from stdin until EOF (zklock gone), when it
 /// kills its target. System calls only, for the fork.
-fn keep(target: Target) -> ! {
+fn keep(mut target: Target) -> ! {
     let stdin = rustix::stdio::stdin();
     // Nonblocking, so that every order waiting is read before acting: a
     // keeper continued after a stop acts on zklock's latest order.

@@ -101,7 +101,7 @@ impl Keeper {
     /// a group of its own: it kills the steps when the holder dies while
     /// they hold, and stops them at the lease deadline when the holder
     /// cannot. Once told to stand down, the holder's end ends it quietly.
-    pub fn for_steps(steps: Steps) -> io::Result<Keeper> {
+    pub fn for_steps(steps: &Steps) -> io::Result<Keeper> {
         let group = steps
             .group
             .map_or_else(|| "-".to_owned(), |g| g.to_string());
