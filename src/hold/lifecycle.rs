@@ -155,6 +155,7 @@ pub(super) async fn lifecycle(
                         Request::Lease => {
                             let follower = asker.following();
                             let told = follower.tell(&Told::Owner(owner))
+                                && follower.tell(&Told::KillAfter(policy.kill_after))
                                 && follower.tell(&Told::Deadline(*handed.borrow()));
                             if told {
                                 followers.push(follower);

@@ -59,24 +59,29 @@ pub(super) async fn run_command(
     mut lock: HeldLock,
     env: &[(&'static str, String)],
     prepared: Prepared,
-    enclosing: Option<Follower>,
+    mut enclosing: Option<Follower>,
 ) -> Result<Exit> {
     let policy = lock.policy;
+    // Under a hold, its steps' kill-after if shorter: the hold keeps its
+    // nodes only that long past a loss (docs/design.md, "Holds").
+    let kill_after = (enclosing.as_ref())
+        .and_then(Follower::kill_after)
+        .map_or(policy.kill_after, |k| k.min(policy.kill_after));
     // Taken right after the lock was confirmed held.
     let (deadline, own) = lease::deadline(session.client(), policy);
     let (handed_to, handed) = tokio::sync::watch::channel(*own.borrow());
     // Before the spawn: a command that then cannot start is this host's
     // failure, pinged and counted as such.
     out.emit(Event::Running);
-    let child = Child::spawn(prepared, env, signals, *own.borrow(), policy.kill_after)?;
+    let child = Child::spawn(prepared, env, signals, *own.borrow(), kill_after)?;
     out.emit(Event::Started { env });
     let acquired = plan.holder().acquired(child.pid()).to_bytes();
     let watches = std::mem::take(&mut lock.watches);
     let lost = lease_watch(plan, out, session, &lock, watches, &deadline, acquired);
-    let lost = earlier_of(lost, own, enclosing, handed_to);
+    let lost = earlier_of(lost, own, enclosing.as_mut(), handed_to);
     let report = &plan.report;
     let limits = supervise::Limits {
-        kill_after: policy.kill_after,
+        kill_after,
         max_runtime: plan.max_runtime.map(|limit| limit.0),
         stop_limit: policy.grace(),
     };
@@ -91,6 +96,9 @@ pub(super) async fn run_command(
         &lock_lost_because,
     )
     .await;
+    // Hung up only now that the command's group is gone: the hold keeps its
+    // nodes until its followers hang up.
+    drop(enclosing);
     // With a run to record, the record says what the release would: a
     // lock lost before the command ended is a lost run (docs/design.md,
     // "Session and lease rules").
@@ -192,11 +200,11 @@ pub(crate) async fn lease_watch(
 async fn earlier_of(
     lost: impl Future<Output = LossReason>,
     mut own: tokio::sync::watch::Receiver<Moment>,
-    enclosing: Option<Follower>,
+    enclosing: Option<&mut Follower>,
     handed: tokio::sync::watch::Sender<Moment>,
 ) -> LossReason {
     let mut lost = pin!(lost);
-    let Some(mut hold) = enclosing else {
+    let Some(hold) = enclosing else {
         let forward = async {
             while own.changed().await.is_ok() {
                 let _ = handed.send(*own.borrow_and_update());
@@ -218,7 +226,7 @@ async fn earlier_of(
             changed = own.changed(), if following => following = changed.is_ok(),
             told = hold.next() => match told {
                 Told::Deadline(at) => theirs = Some(at),
-                Told::Owner(_) => {}
+                Told::Owner(_) | Told::KillAfter(_) => {}
                 Told::Lost(why) => return format!("the enclosing hold ended: {why}"),
             },
             () = clock::sleep_until(theirs.unwrap_or_else(Moment::now)), if theirs.is_some() => {

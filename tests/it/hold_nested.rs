@@ -7,7 +7,9 @@
 
 use crate::harness::{KillOnDrop, TempDir, run_bounded, signal};
 use crate::hold::{LONG, Place};
-use crate::hold_steps::{Fault, Ground, STEP, hold_until_released, holder_pid, overlaps, zklock};
+use crate::hold_steps::{
+    Fault, GRACEFUL_STEP, Ground, STEP, hold_until_released, holder_pid, overlaps, zklock,
+};
 
 #[test]
 fn a_run_nested_in_a_hold_runs_at_once_under_it() {
@@ -65,6 +67,12 @@ fn a_hold_nested_in_a_hold_or_a_run_holds_at_once_under_it() {
 /// `zklock run` then waits for the lock and runs. The command may not
 /// overlap that run, and its zklock says the lock was lost.
 fn nested_scenario(fault: Fault) {
+    nested_scenario_of(fault, STEP, "")
+}
+
+/// [`nested_scenario`], with the step `step` defines and the nested run
+/// given `run_flags`.
+fn nested_scenario_of(fault: Fault, step: &str, run_flags: &str) {
     let mut ground = Ground::for_fault(fault);
     let place = Place::at(&ground.proxy.connect_string(), "hold-nested-step");
     let logs = TempDir::new();
@@ -79,8 +87,10 @@ fn nested_scenario(fault: Fault) {
         &place,
         &format!("--max-hold {max_hold} --session-timeout 4s"),
     );
-    let step_body = STEP.to_owned() + "\nstep nested";
-    let mut step = place.bash(r#""$ZKLOCK" run -z "$ZK" "$P" -- sh -c "$BODY""#);
+    let step_body = step.to_owned() + "\nstep nested";
+    let mut step = place.bash(&format!(
+        r#""$ZKLOCK" run {run_flags} -z "$ZK" "$P" -- sh -c "$BODY""#
+    ));
     // Straight to the server: the step is cut off from nothing.
     step.env("LOG", &log)
         .env("BODY", &step_body)
@@ -113,6 +123,22 @@ fn a_nested_step_stops_when_the_node_is_deleted() {
 #[test]
 fn a_nested_step_stops_when_max_hold_passes() {
     nested_scenario(Fault::MaxHold);
+}
+
+/// A nested command that traps TERM to clean up: the nested run keeps
+/// following the hold (the holder keeps its nodes) until the command is
+/// gone, not only until it learns of the loss.
+#[test]
+fn a_nested_step_cleaning_up_keeps_the_hold_until_it_is_gone() {
+    nested_scenario_of(Fault::MaxHold, GRACEFUL_STEP, "--session-timeout 4s");
+}
+
+/// The same with the nested run's own, longer kill-after (5 s, a 10 s
+/// session's default): it KILLs within the hold's (1.64 s), as long as the
+/// hold keeps its nodes past a loss.
+#[test]
+fn a_nested_step_cleaning_up_is_killed_within_the_holds_kill_after() {
+    nested_scenario_of(Fault::MaxHold, GRACEFUL_STEP, "");
 }
 
 #[test]

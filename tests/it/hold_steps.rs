@@ -29,7 +29,7 @@ pub(crate) const STEP: &str = r#"step() {
 
 /// A step as [`STEP`] that traps TERM to clean up, beating 3 s more (past
 /// the kill-after of a 4 s session, 1.64 s) before its `end`.
-const GRACEFUL_STEP: &str = r#"step() {
+pub(crate) const GRACEFUL_STEP: &str = r#"step() {
     sh -c 'trap "j=0; while [ \$j -lt 60 ]; do echo \"beat \$0 \$\$\" >> \"\$LOG\"
             sleep 0.05; j=\$((j+1)); done; echo \"end \$0 \$\$\" >> \"\$LOG\"; exit 0" TERM
         echo "start $0 $$" >> "$LOG"; i=0

@@ -7,10 +7,11 @@
 //! its own lease and the hold's, and its keeper does so if it is frozen;
 //! the holder keeps its nodes until its followers have hung up.
 
+use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use std::io::Write;
 
 use tokio::net::UnixStream;
 use zklock::zk::clock::Moment;
@@ -23,6 +24,10 @@ pub(crate) enum Told {
     /// First: the session that owns the hold's nodes (a nested run follows
     /// only the hold whose nodes it runs under).
     Owner(i64),
+    /// Second: the hold's `--kill-after`, within which its steps are KILLed
+    /// once its lock is lost, and so must a nested run's command be (a
+    /// holder of before sends none).
+    KillAfter(Duration),
     /// The lease deadline moved (later, or earlier on a shorter session).
     Deadline(Moment),
     /// The lock is lost (or released): stop.
@@ -33,6 +38,7 @@ impl Told {
     pub(crate) fn to_line(&self) -> String {
         match self {
             Told::Owner(session) => format!("owner {session}\n"),
+            Told::KillAfter(k) => format!("kill-after {}\n", k.as_nanos()),
             Told::Deadline(at) => format!("deadline-boot {}\n", at.as_nanos()),
             Told::Lost(why) => format!("lost {}\n", why.replace(['\n', '\r'], " ")),
         }
@@ -43,6 +49,7 @@ impl Told {
         let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
         match word {
             "owner" => Some(Told::Owner(rest.parse().ok()?)),
+            "kill-after" => Some(Told::KillAfter(Duration::from_nanos(rest.parse().ok()?))),
             // Named for its clock: a zklock of before, which sent
             // CLOCK_MONOTONIC's as "deadline", is not understood (a loss).
             "deadline-boot" => Some(Told::Deadline(Moment::from_nanos(rest.parse().ok()?))),
@@ -58,6 +65,8 @@ pub(crate) const REQUEST: &str = "lease\n";
 /// A follower's end of the holder's socket: hung up when dropped.
 pub(crate) struct Follower {
     stream: UnixStream,
+    /// The hold's kill-after ([`Told::KillAfter`]), if it said.
+    kill_after: Option<Duration>,
     /// What was read past the last whole line.
     pending: Vec<u8>,
 }
@@ -102,7 +111,7 @@ impl Follower {
         stream.write_all(REQUEST.as_bytes()).with_context(context)?;
         // The first line comes at once from a holder that is not frozen.
         stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .set_read_timeout(Some(Duration::from_secs(1)))
             .with_context(context)?;
         let mut read_line = || -> Result<Option<Told>> {
             let mut line = Vec::new();
@@ -119,7 +128,15 @@ impl Follower {
         if read_line()? != Some(Told::Owner(owner)) {
             return Ok(None);
         }
-        let pending = match read_line()? {
+        let mut next = read_line()?;
+        let kill_after = match next {
+            Some(Told::KillAfter(k)) => {
+                next = read_line()?;
+                Some(k)
+            }
+            _ => None,
+        };
+        let pending = match next {
             Some(Told::Lost(why)) => {
                 return Err(Failure::new(
                     gave_up,
@@ -133,8 +150,14 @@ impl Follower {
         stream.set_nonblocking(true).with_context(context)?;
         Ok(Some(Follower {
             stream: UnixStream::from_std(stream).with_context(context)?,
+            kill_after,
             pending,
         }))
+    }
+
+    /// The hold's kill-after, if it said.
+    pub(crate) fn kill_after(&self) -> Option<Duration> {
+        self.kill_after
     }
 
     /// The next thing told; a holder gone (or garbled) is a loss.
@@ -167,7 +190,7 @@ mod tests {
 
     #[test]
     fn lines_round_trip() {
-        let at = Moment::now() + std::time::Duration::from_secs(3);
+        let at = Moment::now() + Duration::from_secs(3);
         assert_eq!(
             Told::from_line(&Told::Deadline(at).to_line()),
             Some(Told::Deadline(at))
@@ -182,6 +205,11 @@ mod tests {
         assert_eq!(
             Told::from_line(&Told::Owner(0x1000a).to_line()),
             Some(Told::Owner(0x1000a))
+        );
+        let k = Duration::from_millis(1640);
+        assert_eq!(
+            Told::from_line(&Told::KillAfter(k).to_line()),
+            Some(Told::KillAfter(k))
         );
     }
 }
