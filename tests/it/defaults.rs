@@ -59,6 +59,25 @@ fn unset_kill_after_fits_every_granted_session() {
     }
 }
 
+/// `--on-disconnect kill` leaves the same room as lease mode: a kill-mode
+/// lease of C alone (1 s of a 4 s session) was shorter than the proof lag
+/// (1.1 s), so a healthy holder's confirmations never caught up and its
+/// command was stopped with 76 about a second in.
+#[test]
+fn a_healthy_kill_mode_holder_keeps_its_lock_past_the_lag() {
+    let path = unique_path("kill-mode-lease");
+    let mut cmd = zklock_run(&shared_server().connect_string(), &path);
+    cmd.args(["-v", "--session-timeout", "4s", "--on-disconnect", "kill"])
+        .args(["--", "sleep", "3"]);
+    let out = run_bounded(&mut cmd, LONG);
+    out.assert_code(0);
+    assert!(
+        out.stderr.contains("--kill-after not given: 1s 640ms "),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn unset_kill_after_fits_a_session_shorter_than_asked() {
     let server = ZkServer::start_with(ServerOptions {

@@ -106,12 +106,15 @@ impl LeasePolicy {
     }
 
     /// The bound `--kill-after` must stay below: room for K and the margin
-    /// before the earliest expiry, and (with `reconnect`, in lease mode) one
-    /// connection timeout to reconnect in.
-    fn kill_after_budget(&self, reconnect: bool) -> Duration {
-        let needed = match (self.on_disconnect, reconnect) {
-            (OnDisconnect::Lease, true) => self.connection_timeout,
-            _ => Duration::ZERO,
+    /// before the earliest expiry, and (with `room`) one connection timeout
+    /// more: in lease mode to reconnect in, and in both modes so that the
+    /// lease (T - K - m, then over 2C, which is P + 0.15 T or more) outlasts
+    /// the proof lag by the confirmations' round trips. Without it, a
+    /// kill-mode lease of C is shorter than P in short sessions.
+    fn kill_after_budget(&self, room: bool) -> Duration {
+        let needed = match room {
+            true => self.connection_timeout,
+            false => Duration::ZERO,
         };
         self.session_timeout
             .saturating_sub(self.connection_timeout + self.margin() + needed)
@@ -193,8 +196,9 @@ mod tests {
     fn kill_after_as_long_as_the_session_is_refused() {
         let err = policy(10, 10, OnDisconnect::Lease).check().unwrap_err();
         assert!(err.contains("--kill-after 10s leaves no room"), "{err}");
-        assert!(policy(10, 8, OnDisconnect::Kill).check().is_err());
-        assert!(policy(10, 7, OnDisconnect::Kill).check().is_ok());
+        // Kill mode leaves the same room: its lease must outlast the lag.
+        assert!(policy(10, 7, OnDisconnect::Kill).check().is_err());
+        assert!(policy(10, 5, OnDisconnect::Kill).check().is_ok());
     }
 
     #[test]
@@ -242,8 +246,12 @@ mod tests {
     #[test]
     fn answers_come_well_within_the_lease() {
         // Sessions of at least 2 ticks of 500 ms (ZooKeeper's minimum).
-        for t in [1_000, 2_000, 4_000, 10_000, 60_000] {
-            let p = policy_ms(t, u64::MAX, OnDisconnect::Lease)
+        let modes = [OnDisconnect::Lease, OnDisconnect::Kill];
+        for (t, mode) in [1_000, 2_000, 4_000, 6_000, 10_000, 60_000]
+            .into_iter()
+            .flat_map(|t| modes.map(|mode| (t, mode)))
+        {
+            let p = policy_ms(t, u64::MAX, mode)
                 .with_default_kill_after()
                 .unwrap();
             // A connected holder confirming on time never reaches its
@@ -251,8 +259,11 @@ mod tests {
             // one interval, and the next answer comes an interval later,
             // with an interval to spare.
             let every = p.confirm_every();
-            assert!(p.proof_lag() + every * 3 <= p.lease(), "{t}: {p:?}");
-            assert!(every >= Duration::from_millis(50), "{t}: {p:?}");
+            assert!(
+                p.proof_lag() + every * 3 <= p.lease(),
+                "{t} {mode:?}: {p:?}"
+            );
+            assert!(every >= Duration::from_millis(50), "{t} {mode:?}: {p:?}");
         }
     }
 
