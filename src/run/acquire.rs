@@ -150,6 +150,20 @@ pub(crate) async fn take_locks<T>(
                 }
                 Err(err) => Err(err),
             };
+            // Found ours past the lease deadline its answers allow (docs/design.md,
+            // "Session and lease rules"): unless the leader says it is still
+            // held, the command does not start; we queue again, as a waiter
+            // whose session expired does.
+            let result = match result {
+                Ok(Acquired::Held(node, watch)) => {
+                    let nodes: Vec<String> = held.iter().map(|node| node.path.clone()).collect();
+                    match lease::still_held(session.client(), &nodes, session.id(), policy).await {
+                        true => Ok(Acquired::Held(node, watch)),
+                        false => Ok(Acquired::Lost),
+                    }
+                }
+                result => result,
+            };
             // A --supersede run's age, when it queues again: its first node's
             // (docs/design.md, "Superseding waiters").
             if plan.supersede && plan.first_queued.get().is_none() {

@@ -207,3 +207,45 @@ fn frozen_as_the_command_starts_the_keeper_still_stops_it() {
     assert_eq!(status.code(), Some(76));
     assert_beats_end_before_next(&events);
 }
+
+/// A waiter stopped (SIGSTOP) until its session expired, the node ahead
+/// deleted meanwhile: continued, it may read that deletion before it finds
+/// its connection dead (it is cut off at the proxy since, so nothing else
+/// comes). The lock is not known held past the deadline its answers
+/// allowed, so its command does not start beside the holder that took the
+/// lock when the session expired: it queues again, and runs after. Which
+/// comes first is tokio's random pick between the packet and the timer, so
+/// four rounds: each takes the stale turn with even odds.
+#[test]
+fn a_waiter_stopped_past_its_session_does_not_start_on_a_stale_turn() {
+    let server = shared_server();
+    let direct = server.connect_string();
+    let zk = Inspector::connect(&direct);
+    let proxy = FaultProxy::start(server.addr());
+    let through = proxy.connect_string();
+    for _ in 0..4 {
+        proxy.set_mode(Mode::Pass);
+        let log = LockLog::new();
+        let path = unique_path("frozen-waiter");
+        let mut holder = Locker::spawn("holder", &direct, &path, &T4, &log, "sleep 1");
+        holder.wait_info(LONG);
+        let mut waiter = Locker::spawn("waiter", &through, &path, &T4, &log, "sleep 0.5");
+        wait_children(&zk, &path, 2, LONG);
+        let mut next = Locker::spawn("next", &direct, &path, &T4, &log, "sleep 2");
+        wait_children(&zk, &path, 3, LONG);
+        signal(waiter.pid() as i32, libc::SIGSTOP);
+        // The holder's deletion reaches the stopped waiter's socket; then
+        // nothing more does.
+        holder.expect_exit(0, LONG);
+        last_until(Instant::now() + Duration::from_millis(300));
+        proxy.set_mode(Mode::Blackhole);
+        // The waiter's session expires (4 s), and the next holder runs.
+        next.wait_info(LONG);
+        signal(waiter.pid() as i32, libc::SIGCONT);
+        last_until(Instant::now() + Duration::from_millis(500));
+        proxy.set_mode(Mode::Pass);
+        next.expect_exit(0, LONG);
+        waiter.expect_exit(0, LONG);
+        log.assert_exclusive();
+    }
+}

@@ -342,6 +342,30 @@ pub async fn lost_at_leader(client: &Client, nodes: &[String], owner: i64) -> Op
     }
 }
 
+/// Whether `nodes`, just found ours, are known held: at once while the
+/// deadline the answers that found them allow is ahead; past it (zklock was
+/// stopped, or starved, or its host suspended, since those answers: the
+/// session may have expired and another holder's command run), only if a
+/// confirmation sent now is answered through the leader. A loss and no
+/// answer alike are not.
+pub async fn still_held(
+    client: &Client,
+    nodes: &[String],
+    owner: i64,
+    policy: LeasePolicy,
+) -> bool {
+    if Moment::now() < policy.deadline_after(client.heard()) {
+        return true;
+    }
+    let mut confirming = Confirming::send(client, nodes, 0);
+    let (node, result) = confirming.answer().await;
+    let event = Event::Confirmed {
+        node: &node,
+        result,
+    };
+    decide(OnDisconnect::Lease, false, owner, event) == Verdict::Proven
+}
+
 /// Watches our node with a data watch (starting with `watch` if given):
 /// resolves when it is deleted, found owned by a session other than
 /// `owner`, or the session ends ([`decide`]).
