@@ -117,7 +117,9 @@ pub enum Standing<'a> {
     /// Nothing that excludes us precedes our node.
     Held,
     /// Wait for `predecessor` to go; `ahead` contenders that exclude us
-    /// precede us, the earliest being `first` (the holder, or next in line).
+    /// precede us. `first` is the queue's head, which holds the lock
+    /// (nothing precedes it): for a reader, not always one that excludes
+    /// it (a reader holds, a writer waits behind it, we behind that).
     Waiting {
         predecessor: &'a str,
         ahead: usize,
@@ -141,21 +143,22 @@ pub fn standing<'a>(children: &'a [String], me: &str) -> Standing<'a> {
     let mut ahead = 0;
     let mut nearest: Option<Contender<'a>> = None;
     let mut first: Option<Contender<'a>> = None;
-    let blockers = children
+    let preceding = children
         .iter()
         .filter_map(|c| parse_contender(c))
         .filter(|other| {
-            other.name != mine.name
-                && seq_order(other.seq, mine.seq) == Ordering::Less
-                && excludes(other.class, mine.class)
+            other.name != mine.name && seq_order(other.seq, mine.seq) == Ordering::Less
         });
-    for other in blockers {
+    for other in preceding {
+        if first.is_none_or(|f| seq_order(other.seq, f.seq) == Ordering::Less) {
+            first = Some(other);
+        }
+        if !excludes(other.class, mine.class) {
+            continue;
+        }
         ahead += 1;
         if nearest.is_none_or(|n| seq_order(other.seq, n.seq) == Ordering::Greater) {
             nearest = Some(other);
-        }
-        if first.is_none_or(|f| seq_order(other.seq, f.seq) == Ordering::Less) {
-            first = Some(other);
         }
     }
     match (nearest, first) {

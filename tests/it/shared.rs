@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     EntryKind, Holder, Inspector, KillOnDrop, LockLog, Scene, TempDir, assert_no_lock_nodes,
-    shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_until, zklock_run,
+    run_bounded, shared_server, unique_path, wait_for_contenders, wait_for_exit, wait_until,
+    zklock_run,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -165,6 +166,31 @@ fn readers_overlap_writers_overlap_nothing() {
 
     let zk = Inspector::connect(connect);
     assert_no_lock_nodes(&zk, path);
+}
+
+/// A reader that gives up behind a writer, which waits behind a reader that
+/// holds the lock, names that reader as the holder, not the writer.
+#[test]
+fn a_reader_giving_up_names_the_reader_that_holds() {
+    let s = Scene::new("rw-give-up");
+    let mut reader = Holder::start(s.run().args(["-s", "--label", "reading-holder"]), &s.log);
+    let mut writer = KillOnDrop(
+        s.run()
+            .args(["--label", "waiting-writer", "--", "true"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn zklock"),
+    );
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 1);
+    let out = run_bounded(s.run().args(["-s", "-n", "--", "true"]), LONG);
+    out.assert_code(75);
+    let line = out.one_error_line();
+    assert!(line.contains("reading-holder"), "{line}");
+    assert!(!line.contains("waiting-writer"), "{line}");
+    reader.finish();
+    let status = wait_for_exit(&mut writer, LONG).expect("the writer ends");
+    assert_eq!(status.code(), Some(0));
+    s.assert_no_lock_nodes();
 }
 
 #[test]

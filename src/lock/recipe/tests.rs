@@ -137,7 +137,8 @@ fn readers_share_until_a_writer() {
     // A writer waits for the nearest node of any kind.
     assert_eq!(standing(&children, w1), waiting(r2, 2, r1));
     // A reader after a queued writer waits for it: no writer starvation.
-    assert_eq!(standing(&children, r3), waiting(w1, 1, w1));
+    // The lock is held by the queue's head, a reader, not by that writer.
+    assert_eq!(standing(&children, r3), waiting(w1, 1, r1));
     // An exclusive node is a writer for everyone.
     assert_eq!(standing(&children, x1), waiting(r3, 4, r1));
 }
