@@ -203,7 +203,7 @@ pub(super) async fn lifecycle(
                 Ended::Signal(signal) => (
                     Signal::from_named_raw(*signal).unwrap_or(Signal::TERM),
                     (Moment::now() + policy.kill_after).min(kill_by),
-                    format!("the holder got signal {signal}"),
+                    ended.why().unwrap_or_default(),
                 ),
                 _ => (Signal::CONT, Moment::now(), String::new()),
             };
@@ -224,11 +224,7 @@ pub(super) async fn lifecycle(
             guard.stand_down();
         }
         if !followers.is_empty() {
-            let why = match &ended {
-                Ended::Lost(reason) => reason.to_string(),
-                Ended::Signal(signal) => format!("the holder got signal {signal}"),
-                Ended::BoundExited | Ended::Release(..) => "the hold was released".to_owned(),
-            };
+            let why = (ended.why()).unwrap_or_else(|| "the hold was released".to_owned());
             // They stop by the lease's rule; their nodes stay until then.
             let kill_by = kill_time(*handed.borrow(), Moment::now(), policy.kill_after);
             followers.retain(|f| f.tell(&Told::Lost(why.clone())));
@@ -242,14 +238,16 @@ pub(super) async fn lifecycle(
         if let Some(record) = lock.record.take() {
             record.finish(&plan, session.client(), exit).await;
         }
-        if let Ended::Lost(reason) = &ended {
+        // Ended without a release: the holder stays to tell `release` why
+        // (76), a signal's end as a loss's.
+        if let Some(reason) = ended.why() {
             // The outcome now, not once the session's end is confirmed.
             outputs.finish(&Ok(exit));
             linger(
                 &control,
                 &binding,
                 signals,
-                reason,
+                &reason,
                 &plan.paths,
                 owner,
                 session,
@@ -317,6 +315,18 @@ enum Ended {
     Signal(i32),
     /// Asked by `zklock release`; with why the lock was found lost then.
     Release(Asker, Option<lease::LossReason>),
+}
+
+impl Ended {
+    /// Why the hold ended other than by a release or its bound process's
+    /// exit, as `release` and nested runs are told.
+    fn why(&self) -> Option<String> {
+        match self {
+            Ended::Lost(reason) => Some(reason.to_string()),
+            Ended::Signal(signal) => Some(format!("the holder got signal {signal}")),
+            Ended::BoundExited | Ended::Release(..) => None,
+        }
+    }
 }
 
 /// Gives the variables to the waiting `zklock hold` (one JSON line on our

@@ -364,6 +364,28 @@ fn a_holder_stopped_past_its_lease_says_so() {
     place.assert_clean(place.zk());
 }
 
+/// A terminating signal to an `--until-released` holder ends the hold as a
+/// loss does, and its holder stays to tell `release` so (76, the signal):
+/// the job's last step learns that its steps were not covered to the end.
+#[test]
+fn a_signalled_holder_tells_release_why() {
+    let place = Place::new("hold-signalled-release");
+    hold_until_released(&place, "--max-hold 1m --session-timeout 4s");
+    signal(holder_pid(&place), libc::SIGTERM);
+    wait_until(LONG, "the lock is free", || place.is_free(place.zk()));
+    let release = place.run(r#""$ZKLOCK" release "$P""#);
+    release.assert_code(76);
+    assert!(
+        release
+            .one_error_line()
+            .contains("the holder got signal 15"),
+        "{}",
+        release.stderr
+    );
+    place.run(r#""$ZKLOCK" release "$P""#).assert_code(64);
+    place.assert_clean(place.zk());
+}
+
 /// A hold lost while ZooKeeper is down deletes its node as soon as the
 /// server is back, not when its session expires there: with 20 s
 /// sessions, the lock is free well within the session timeout of the
