@@ -239,23 +239,55 @@ impl Child {
 /// zombies). All of them descend from the command, which is our child, and
 /// orphans come back to us (we are a subreaper): so walking our descendants
 /// through /proc/PID/task/TID/children finds them, reading a few files where
-/// a scan of /proc would read one per process on the machine. Errs on the
-/// side of "running" when /proc cannot be read.
+/// a scan of /proc would read one per process on the machine. A process
+/// whose parent exits during the walk comes back to us after we listed our
+/// children, unseen (a chain of forks, each parent exiting at once): so a
+/// walk that finds none running counts only if our children are the same
+/// after it. Errs on the side of "running" when /proc cannot be read, or
+/// when the children never settle.
 pub(super) fn running_members(pgid: Pid, keeper: Pid) -> usize {
-    let children = |pid: &str| -> Option<Vec<String>> {
-        let mut found = Vec::new();
-        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-            .ok()?
-            .flatten()
-        {
-            let list = std::fs::read_to_string(task.path().join("children")).ok()?;
-            found.extend(list.split_whitespace().map(str::to_owned));
+    for _ in 0..WALKS {
+        let Some(ours) = children("self") else {
+            return 1;
+        };
+        let running = running_below(ours.clone(), pgid, keeper);
+        if running > 0 {
+            return running;
         }
-        Some(found)
-    };
-    let Some(mut todo) = children("self") else {
-        return 1;
-    };
+        if children("self").is_some_and(|after| same(&after, &ours)) {
+            return 0;
+        }
+    }
+    1
+}
+
+/// How many times [`running_members`] walks before it gives up on an answer.
+const WALKS: usize = 20;
+
+/// Whether two listings name the same processes, in any order.
+fn same(a: &[String], b: &[String]) -> bool {
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}
+
+/// The children of process `pid` (`self` for us), from every thread.
+fn children(pid: &str) -> Option<Vec<String>> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).ok()?;
+        found.extend(list.split_whitespace().map(str::to_owned));
+    }
+    Some(found)
+}
+
+/// How many processes of group `pgid` but `keeper` are running among `todo`
+/// and their descendants.
+fn running_below(mut todo: Vec<String>, pgid: Pid, keeper: Pid) -> usize {
     let mut running = 0;
     while let Some(pid) = todo.pop() {
         if pid == keeper.as_raw_pid().to_string() {

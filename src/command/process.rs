@@ -15,7 +15,9 @@ pub struct Stat {
     /// The session's id; 0 for the kernel's own session or one led from
     /// outside our PID namespace.
     pub session: i32,
-    /// Exited but not reaped (`Z`, `X`): no longer running anything.
+    /// Exited but not reaped (`Z`, `X`): no longer running anything. Not
+    /// for a leader that exited while other threads of its process run on
+    /// ([`Stat::of`] looks): its process has not exited.
     pub zombie: bool,
     /// When the process started, in clock ticks since boot: with the pid,
     /// it names one process even after the pid is reused.
@@ -44,8 +46,27 @@ impl Stat {
 
     /// The process `pid`, or `self`.
     pub fn of(pid: impl std::fmt::Display) -> Option<Stat> {
-        Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+        let mut stat = Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+        // The leader's line says Z once its own thread exits (pthread_exit
+        // in main), while the others run on.
+        if stat.zombie {
+            stat.zombie = !other_threads_run(stat.pid);
+        }
+        Some(stat)
     }
+}
+
+/// Whether a thread of process `pid` but its leader is still running.
+fn other_threads_run(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks
+        .flatten()
+        .filter(|task| task.file_name().to_str() != Some(&pid.to_string()))
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .filter_map(|line| Stat::parse(&line))
+        .any(|thread| !thread.zombie)
 }
 
 #[cfg(test)]
