@@ -98,12 +98,14 @@ pub async fn supervise(
                     let stopped = child.continued().filter(|time| *time >= limits.stop_limit);
                     if let Some(stopped) = stopped.filter(|_| !lock_lost) {
                         (lock_lost, watching) = (true, false);
+                        // Stopped first, said after: the words may block
+                        // on a full pipe.
+                        give_up(&mut child, &mut kill_at, *deadline.borrow());
                         lock_lost_because(format_args!(
                             "zklock was stopped for {}, longer than its session \
                              can be kept without it; terminating the command",
                             human_duration(stopped)
                         ));
-                        give_up(&mut child, &mut kill_at, *deadline.borrow());
                     }
                 } else if is_terminating(signal) {
                     if kill_at.is_some() {
@@ -116,8 +118,8 @@ pub async fn supervise(
             }
             reason = &mut lost, if !lock_lost => {
                 (lock_lost, watching) = (true, false);
-                lock_lost_because(format_args!("{reason}; terminating the command"));
                 give_up(&mut child, &mut kill_at, *deadline.borrow());
+                lock_lost_because(format_args!("{reason}; terminating the command"));
             }
             changed = deadline.changed(), if watching => match changed {
                 Ok(()) => child
