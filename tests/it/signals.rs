@@ -145,6 +145,103 @@ echo $$ > "$1/command"
     s.assert_nothing_left();
 }
 
+/// A straggler the command leaves behind (`&`), run by `python3 -c
+/// STRAGGLER`, beating into `$1/beats` for 2 s: the lock stays held, and
+/// zklock with it, while it runs, and no longer than that.
+fn held_while_a_straggler_runs(tag: &str, straggler: &str) {
+    let s = Scene::new(tag);
+    let dir = TempDir::new();
+    let script = format!("python3 -c '{straggler}' \"$1/beats\" &\nsleep 0.3");
+    let mut zklock = spawn_script(&s.path, &[], &script, dir.path());
+    let beats = dir.path().join("beats");
+    wait_for_file(&beats, LONG);
+    let held = s.zk().children(&s.path);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let watching = Instant::now();
+    while watching.elapsed() < Duration::from_millis(1500) {
+        assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
+        assert_eq!(
+            s.zk().children(&s.path),
+            held,
+            "node deleted while the group ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(exit_of(&mut zklock), 0);
+    s.assert_nothing_left();
+}
+
+/// Its main thread gone (pthread_exit), a worker beating on: /proc shows the
+/// process as a zombie, but it runs.
+#[test]
+fn a_process_whose_main_thread_exited_holds_the_lock_while_its_threads_run() {
+    const STRAGGLER: &str = r#"
+import ctypes, sys, threading, time
+def beat():
+    for _ in range(40):
+        open(sys.argv[1], "a").write("beat\n")
+        time.sleep(0.05)
+threading.Thread(target=beat).start()
+time.sleep(0.1)
+ctypes.CDLL(None).pthread_exit(None)"#;
+    held_while_a_straggler_runs("main-thread-gone", STRAGGLER);
+}
+
+/// A chain of forks, each parent exiting at once: every process lives a
+/// moment, and the next comes back to zklock (a subreaper) as an orphan.
+#[test]
+fn a_chain_of_forks_holds_the_lock_while_it_runs() {
+    const STRAGGLER: &str = r#"
+import os, sys, time
+end, beat = time.time() + 2, 0
+while time.time() < end:
+    if time.time() > beat:
+        open(sys.argv[1], "a").write("beat\n")
+        beat = time.time() + 0.05
+    if os.fork() > 0:
+        os._exit(0)"#;
+    held_while_a_straggler_runs("fork-chain", STRAGGLER);
+}
+
+/// A lost lock stops the command before zklock says so: its stderr may be a
+/// full pipe (here nobody reads it, and the command filled it), on which
+/// the words would block. Broken, the lock passes on at once (docs/design.md,
+/// "Operator commands"); the command's background beat must stop within
+/// moments, not at the lease deadline the keeper would act at.
+#[test]
+fn a_lost_lock_stops_the_command_though_zklock_cannot_say_so() {
+    let s = Scene::new("full-stderr");
+    let dir = TempDir::new();
+    let script = r#"while :; do echo beat >> "$1/beats"; sleep 0.05; done &
+head -c 200000 /dev/zero >&2
+wait"#;
+    let mut cmd: Command = zklock_run(&shared_server().connect_string(), &s.path);
+    cmd.args(["--", "sh", "-c", script, "sh"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut zklock = KillOnDrop(cmd.spawn().expect("spawn zklock"));
+    let beats = dir.path().join("beats");
+    assert!(wait_for_file(&beats, LONG), "no beat");
+    let broken = crate::harness::zklock()
+        .args(["break", "--yes", "-z", &shared_server().connect_string()])
+        .arg(&s.path)
+        .output()
+        .expect("zklock break");
+    assert_eq!(broken.status.code(), Some(0), "{broken:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    let before = std::fs::read_to_string(&beats).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        std::fs::read_to_string(&beats).unwrap(),
+        before,
+        "the command beat on after the lock was lost"
+    );
+    drop(zklock.stderr.take());
+    assert_eq!(exit_of(&mut zklock), 76);
+    s.assert_nothing_left();
+}
+
 #[test]
 fn signal_while_waiting_leaves_no_node_and_exits_128_plus_n() {
     let s = Scene::new("abort-wait");
