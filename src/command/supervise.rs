@@ -144,10 +144,15 @@ pub async fn supervise(
     };
     if !lock_lost && Moment::now() >= *deadline.borrow() {
         // Found ended only past the deadline: zklock could not act in time
-        // (it was stopped), and the keeper stopped the command.
+        // (it was stopped). The keeper stopped the command, or it ended by
+        // itself, before or after the deadline: nobody saw when.
         lock_lost = true;
+        let ended = match status.signal() {
+            Some(libc::SIGTERM | libc::SIGKILL) => "the keeper stopped the command",
+            _ => "the command ended meanwhile, maybe after it",
+        };
         lock_lost_because(format_args!(
-            "no answer from ZooKeeper past the lease deadline; the keeper stopped the command"
+            "no answer from ZooKeeper past the lease deadline (zklock was stopped); {ended}"
         ));
     }
     // The group is empty.

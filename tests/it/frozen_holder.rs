@@ -249,3 +249,29 @@ fn a_waiter_stopped_past_its_session_does_not_start_on_a_stale_turn() {
         log.assert_exclusive();
     }
 }
+
+/// A command that ends by itself while zklock is stopped past its lease
+/// deadline: the run is lost (76, nobody saw whether the command ended
+/// before the deadline), and the line does not say the keeper stopped it.
+#[test]
+fn a_command_that_ends_while_zklock_is_stopped_is_not_said_stopped_by_the_keeper() {
+    let server = shared_server();
+    let path = unique_path("frozen-ended");
+    let body = "kill -STOP \"$PPID\"; sleep 0.1; exit 0";
+    let dir = TempDir::new();
+    let stderr_path = dir.path().join("stderr");
+    let mut zklock = zklock_run(&server.connect_string(), &path);
+    zklock
+        .args(T4)
+        .args(["--", "sh", "-c", body])
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut zklock = KillOnDrop(zklock.spawn().expect("spawn zklock"));
+    // Past the lease (3.15 s after the last answer).
+    last_until(Instant::now() + Duration::from_millis(4500));
+    signal(zklock.id() as i32, libc::SIGCONT);
+    let status = wait_for_exit(&mut zklock.0, LONG).expect("zklock exits");
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("the command ended meanwhile"), "{stderr}");
+    assert!(!stderr.contains("the keeper stopped"), "{stderr}");
+}
