@@ -108,7 +108,7 @@ pub(crate) async fn take_locks<T>(
                     );
                     return taking.await.map(Taking::Took);
                 };
-                let gate = gate(plan, session, &data, first, record, &observer.looked).await?;
+                let gate = gate(plan, session, &data, first, record, &mut observer).await?;
                 let (node, fired, read) = match gate {
                     (_, _, Gate::Skip(read)) => return Ok(Taking::Skipped(Box::new(read))),
                     (node, fired, Gate::Queue(read)) => (node, fired, read),
@@ -258,7 +258,7 @@ async fn gate(
     data: &[u8],
     first: Option<Creating>,
     record: Pending<Data>,
-    looked: &Cell<bool>,
+    observer: &mut WaitReport<'_>,
 ) -> Result<(Node, i64, Gate)> {
     let spec = NodeSpec {
         dir: plan.order[0],
@@ -270,7 +270,7 @@ async fn gate(
     let client = session.client();
     let (node, _) = create_node(client, session.owned(), spec, first).await?;
     let fired = fleet::fired_at(client, &node).await?;
-    let gate = fleet::wait_out(plan, client, &node, fired, record, looked).await?;
+    let gate = fleet::wait_out(plan, client, &node, fired, record, observer).await?;
     Ok((node, fired, gate))
 }
 

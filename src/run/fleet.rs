@@ -5,7 +5,6 @@
 //! a host that finds no run going on lists the queue, and a host already in
 //! the queue ends too once the record shows the success.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -15,6 +14,7 @@ use zklock::zk::records::Error;
 use zklock::zk::watches::Watch;
 
 use super::plan::Plan;
+use super::wait::WaitReport;
 use crate::lock::queue::Node;
 use crate::lock::recipe;
 use crate::lock::record::{self, Record, Verdict};
@@ -55,15 +55,15 @@ pub async fn fired_at(client: &Client, node: &Node) -> Result<i64> {
 
 /// Waits out a run going on (the record's `running`, while its node is
 /// there), from `first` (the record as read with our node's create).
-/// `looked` is set once it waits: the record was its first look, and
-/// `--timeout` may end the wait from then on.
+/// `observer` hears of it once it waits: the record was its first look
+/// (`--timeout` may end the wait from then on), and that run holds the lock.
 pub async fn wait_out(
     plan: &Plan<'_>,
     client: &Client,
     node: &Node,
     fired_ms: i64,
     first: Pending<Data>,
-    looked: &Cell<bool>,
+    observer: &mut WaitReport<'_>,
 ) -> Result<Gate> {
     let mut first = Some(first);
     let mut waited_on = None;
@@ -78,7 +78,7 @@ pub async fn wait_out(
             let alive = retrying(|| client.call(|b| b.exists(&runner.node, true))).await;
             let alive = alive.context("looking for the run going on")?;
             if alive.stat.is_some() {
-                looked.set(true);
+                observer.waiting_on_run(&runner.node);
                 waited_on = Some(runner.node.clone());
                 first_of(read.watch, alive.watch).await;
                 continue;

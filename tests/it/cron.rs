@@ -253,6 +253,39 @@ fn shifted_host_clock_still_runs_once() {
     assert_eq!(runs(&log), 2, "one run per path");
 }
 
+/// A run that gives up waiting for the run going on (the record's
+/// `running`, not a listing of the queue) says who holds the lock, as one
+/// that waited in the queue does.
+#[test]
+fn once_per_giving_up_names_the_run_going_on() {
+    let s = Scene::new("once-give-up");
+    let dir = TempDir::new();
+    let go = dir.path().join("go");
+    let mut holder = KillOnDrop(
+        s.run()
+            .args(["--once-per", "1h", "--label", "running-host", "-c"])
+            .arg(format!(
+                "while [ ! -e '{}' ]; do sleep 0.05; done",
+                go.display()
+            ))
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_contenders(s.zk(), &s.path, "-lock-", 1);
+    let out = run_bounded(
+        s.run().args(["--once-per", "1h", "-w", "1s", "--", "true"]),
+        LONG,
+    );
+    out.assert_code(75);
+    let line = out.one_error_line();
+    assert!(
+        line.contains("held by") && line.contains("running-host"),
+        "{line}"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_for_exit(&mut holder, LONG).unwrap().code(), Some(0));
+}
+
 #[test]
 fn once_per_refuses_limit_shared_and_several_paths() {
     let s = Scene::new("once-refuse");

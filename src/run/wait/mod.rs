@@ -115,6 +115,13 @@ impl<'a> WaitReport<'a> {
         });
     }
 
+    /// Waiting for the run going on at `node` (`--once-per`, run/fleet.rs):
+    /// the lock's holder, named if we give up.
+    pub fn waiting_on_run(&mut self, node: &str) {
+        self.looked.set(true);
+        self.first = Some(node.to_owned());
+    }
+
     fn pool_full(&mut self, holders: usize) {
         self.looked.set(true);
         self.report.info(format_args!(
