@@ -129,8 +129,18 @@ echo $$ > "$1/command"
 
     // Nothing marks "zklock would have released by now", so watch for a while: the
     // straggler still runs, so the lock must stay held all along.
+    assert_held_for(&mut zklock, &s, &held, Duration::from_millis(300));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(exit_of(&mut zklock), 0);
+    assert!(dir.path().join("straggler-done").exists());
+    s.assert_nothing_left();
+}
+
+/// Watches for `how_long` that `zklock` runs on and the lock's nodes stay
+/// `held`.
+fn assert_held_for(zklock: &mut Child, s: &Scene, held: &[String], how_long: Duration) {
     let watching = Instant::now();
-    while watching.elapsed() < Duration::from_millis(300) {
+    while watching.elapsed() < how_long {
         assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
         assert_eq!(
             s.zk().children(&s.path),
@@ -139,10 +149,6 @@ echo $$ > "$1/command"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    std::fs::write(dir.path().join("go"), "").unwrap();
-    assert_eq!(exit_of(&mut zklock), 0);
-    assert!(dir.path().join("straggler-done").exists());
-    s.assert_nothing_left();
 }
 
 /// A straggler the command leaves behind (`&`), run by `python3 -c
@@ -157,16 +163,7 @@ fn held_while_a_straggler_runs(tag: &str, straggler: &str) {
     wait_for_file(&beats, LONG);
     let held = s.zk().children(&s.path);
     assert_eq!(held.len(), 1, "{held:?}");
-    let watching = Instant::now();
-    while watching.elapsed() < Duration::from_millis(1500) {
-        assert!(zklock.try_wait().unwrap().is_none(), "zklock left early");
-        assert_eq!(
-            s.zk().children(&s.path),
-            held,
-            "node deleted while the group ran"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert_held_for(&mut zklock, &s, &held, Duration::from_millis(1500));
     assert_eq!(exit_of(&mut zklock), 0);
     s.assert_nothing_left();
 }
