@@ -2,6 +2,7 @@
 //! terminal, forwarding signals to its group, following it into job
 //! control stops and reaping it.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -19,6 +20,7 @@ use crate::command::keeper::Keeper;
 use crate::command::process::Stat;
 use crate::command::signals::{self, Signals};
 use crate::command::spawn;
+use crate::command::steps::process_table;
 use crate::exit::{Exit, Failure};
 
 /// Blocks SIGTTOU and SIGTTIN in the calling thread, so zklock can take the
@@ -33,11 +35,35 @@ pub fn block_terminal_stops() {
 
 /// The terminal whose foreground zklock holds, if any: that is where an
 /// interactive command must be able to read and where Ctrl-C comes from.
+/// None when zklock is a stage of a pipeline (its group has processes that
+/// are not its ancestors): the other stages keep the foreground, which a
+/// `| less` reads, and zklock forwards the terminal's signals.
 fn foreground_terminal() -> Option<BorrowedFd<'static>> {
     use rustix::stdio::{stderr, stdin, stdout};
     [stdin(), stdout(), stderr()]
         .into_iter()
         .find(|&fd| isatty(fd) && tcgetpgrp(fd).ok() == own_group())
+        .filter(|_| !in_a_pipeline())
+}
+
+/// Whether a process of our group is running that is not one of our
+/// ancestors (the shell, a script, a substitution's subshell, all waiting
+/// for us): another stage of a pipeline.
+fn in_a_pipeline() -> bool {
+    let Some(group) = own_group() else {
+        return false;
+    };
+    let table = process_table();
+    let parents: HashMap<i32, i32> = table.iter().map(|s| (s.pid, s.ppid)).collect();
+    let mut ours = HashSet::new();
+    let mut pid = rustix::process::getpid().as_raw_pid();
+    while ours.insert(pid) {
+        match parents.get(&pid) {
+            Some(&parent) if parent > 0 => pid = parent,
+            _ => break,
+        }
+    }
+    (table.iter()).any(|s| s.pgrp == group.as_raw_pid() && !s.zombie && !ours.contains(&s.pid))
 }
 
 /// What [`Child::spawn`] needs ready before the lock is taken.

@@ -159,3 +159,26 @@ fn a_background_run_whose_command_reads_the_terminal_stops_and_fg_resumes_it() {
     assert!(wait_for_exit(&mut shell, LONG).is_some(), "bash still runs");
     s.assert_nothing_left();
 }
+
+/// zklock as a stage of a pipeline at an interactive shell: the terminal's
+/// foreground stays with the pipeline's job, so a later stage that reads the
+/// terminal (a pager, a prompt) reads it, rather than being stopped.
+#[test]
+fn a_pipeline_stage_after_zklock_reads_the_terminal() {
+    let s = Scene::new("pipeline");
+    let path = &s.path;
+    let mut pty = Pty::open();
+    let mut shell = interactive_shell(&mut pty);
+    type_line(
+        &mut pty,
+        &format!(
+            r#"zklock run {path} -- sleep 1 | (sleep 0.3; echo re""ady; read x < /dev/tty; echo "got $x")"#
+        ),
+        "ready",
+    );
+    type_line(&mut pty, "hello", "got hello");
+    type_line(&mut pty, "echo rc=$?", "rc=0");
+    pty.write(b"exit\n");
+    assert!(wait_for_exit(&mut shell, LONG).is_some(), "bash still runs");
+    s.assert_nothing_left();
+}
